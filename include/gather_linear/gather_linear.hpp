@@ -1,0 +1,56 @@
+// gather-linear: y[b, k] = bias[k] + sum_r sum_h x[r, b, h] * W[k, r*H + h]
+//
+// That is nn.Linear(R*H, K)(cat([x[r] for r in range(R)], dim=-1)) without building the
+// concatenation. Shapes: x (R, B, H) with any non-negative strides; weight (K, R*H) with unit
+// inner stride and any row stride; bias (K) contiguous or absent; y (B, K) with unit inner
+// stride. All tensors share one dtype and one device.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gather_linear/error.hpp"
+#include "gather_linear/options.hpp"
+#include "gather_linear/tensor_view.hpp"
+
+// Same type as cudaStream_t, declared here so that this header needs no CUDA headers.
+struct CUstream_st;
+
+namespace gather_linear {
+
+using CudaStream = CUstream_st*;
+
+// Computes y. Validates everything first and throws gather_linear::Error without touching y
+// when an argument is wrong. CUDA work is enqueued on `stream` (nullptr: the legacy default
+// stream) and is not synchronised; it allocates nothing per call and is graph-capturable.
+void forward(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
+             const TensorView& y, const Options& options = {}, CudaStream stream = nullptr);
+
+// The kernel forward() would run for these arguments (validating them as forward does).
+std::string_view select_kernel(const TensorView& x, const TensorView& weight,
+                               const std::optional<TensorView>& bias, const TensorView& y,
+                               const Options& options = {});
+
+// Device scratch bytes the chosen kernel needs (0 for every fused kernel). Pass at least this
+// much in Options::workspace to keep the library from using its own per-device cache.
+std::size_t workspace_bytes(const TensorView& x, const TensorView& weight,
+                            const std::optional<TensorView>& bias, const TensorView& y,
+                            const Options& options = {});
+
+struct KernelInfo {
+  std::string_view name;
+  DeviceType device;
+  bool fused;  // false for the unfused baselines (concatenate, then one GEMM)
+  std::string_view description;
+};
+
+// Every kernel compiled into this build, in the dispatcher's order of preference.
+std::vector<KernelInfo> available_kernels();
+
+// Number of CUDA devices usable by this build (0 without a driver, a GPU or CUDA support).
+int cuda_device_count();
+
+}  // namespace gather_linear

@@ -1,0 +1,32 @@
+// Per-call options: precision policy, determinism, kernel override, caller-provided workspace.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace gather_linear {
+
+// Follows PyTorch's float32 matmul precision: `ieee` ("highest") keeps float32 accuracy,
+// `tf32` ("high") lets float32 inputs run on tensor cores with 10-bit mantissas.
+enum class Fp32Precision { ieee, tf32 };
+
+// Device scratch owned by the caller (e.g. from a framework's caching allocator). Only the
+// unfused baseline needs one (its concatenation buffer); when absent the library uses a
+// per-device cache that grows once and is reused.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+struct Options {
+  Fp32Precision fp32_precision = Fp32Precision::ieee;
+  // When true only kernels whose summation order is fixed are chosen: the same inputs give
+  // the same bits on every run.
+  bool deterministic = true;
+  // "auto" lets the dispatcher choose; any name from available_kernels() forces that kernel
+  // (an error if it cannot run the problem).
+  std::string_view kernel = "auto";
+  Workspace workspace{};
+};
+
+}  // namespace gather_linear

@@ -1,0 +1,105 @@
+// forward(): validate, pick a kernel (or take the forced one), find its workspace, run it.
+#include <algorithm>
+#include <string>
+
+#include "core/kernel_registry.hpp"
+#include "core/validate.hpp"
+#include "gather_linear/gather_linear.hpp"
+
+namespace gather_linear {
+namespace {
+
+std::span<const KernelEntry> kernels_for(DeviceType device) {
+  return device == DeviceType::cpu ? cpu::kernels() : cuda::kernels();
+}
+
+const KernelEntry* find_kernel(std::string_view name) {
+  for (auto device : {DeviceType::cpu, DeviceType::cuda})
+    for (const auto& k : kernels_for(device))
+      if (k.info.name == name) return &k;
+  return nullptr;
+}
+
+[[noreturn]] void fail_kernel(ErrorCode code, const std::string& message) {
+  throw Error(code, "options.kernel", message);
+}
+
+struct Resolved {
+  Problem problem;
+  const KernelEntry* kernel;
+};
+
+Resolved resolve(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
+                 const TensorView& y, const Options& options) {
+  Problem p = validate_forward_args(x, weight, bias, y);
+  if (p.device.type == DeviceType::cuda) cuda::check_device_arguments(p);
+  if (options.kernel.empty() || options.kernel == "auto") {
+    const KernelEntry& chosen =
+        p.device.type == DeviceType::cpu ? cpu::choose_kernel(p, options) : cuda::choose_kernel(p, options);
+    return {p, &chosen};
+  }
+  const KernelEntry* kernel = find_kernel(options.kernel);
+  if (kernel == nullptr) {
+    std::string names;
+    for (const auto& info : available_kernels()) names += (names.empty() ? "" : ", ") + std::string(info.name);
+    fail_kernel(ErrorCode::invalid_argument,
+                "unknown kernel '" + std::string(options.kernel) + "'; expected auto or one of: " + names);
+  }
+  if (kernel->info.device != p.device.type)
+    fail_kernel(ErrorCode::unsupported, "kernel '" + std::string(kernel->info.name) + "' runs on " +
+                                            (kernel->info.device == DeviceType::cpu ? "cpu" : "cuda") +
+                                            ", but the tensors are on " + to_string(p.device));
+  if (options.deterministic && !kernel->deterministic)
+    fail_kernel(ErrorCode::unsupported, "kernel '" + std::string(kernel->info.name) +
+                                            "' is not deterministic; set options.deterministic = false");
+  if (std::string why = kernel->why_not(p, options); !why.empty())
+    fail_kernel(ErrorCode::unsupported,
+                "kernel '" + std::string(kernel->info.name) + "' cannot run this problem: " + why);
+  return {p, kernel};
+}
+
+std::size_t needed_workspace(const Resolved& r) {
+  return r.kernel->workspace_bytes ? r.kernel->workspace_bytes(r.problem) : 0;
+}
+
+}  // namespace
+
+void forward(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
+             const TensorView& y, const Options& options, CudaStream stream) {
+  const Resolved r = resolve(x, weight, bias, y, options);
+  if (r.problem.B == 0 || r.problem.K == 0) return;  // an empty y: nothing to write
+  Workspace workspace{};
+  if (const std::size_t need = needed_workspace(r); need > 0) {
+    if (options.workspace.data != nullptr) {
+      if (options.workspace.bytes < need)
+        throw Error(ErrorCode::invalid_argument, "options.workspace",
+                    "expected at least " + std::to_string(need) + " bytes for kernel '" +
+                        std::string(r.kernel->info.name) + "', got " + std::to_string(options.workspace.bytes));
+      workspace = options.workspace;
+    } else {
+      workspace = cuda::cached_workspace(r.problem.device.index, need);
+    }
+  }
+  r.kernel->run(r.problem, options, workspace, stream);
+}
+
+std::string_view select_kernel(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
+                               const TensorView& y, const Options& options) {
+  return resolve(x, weight, bias, y, options).kernel->info.name;
+}
+
+std::size_t workspace_bytes(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
+                            const TensorView& y, const Options& options) {
+  return needed_workspace(resolve(x, weight, bias, y, options));
+}
+
+std::vector<KernelInfo> available_kernels() {
+  std::vector<KernelInfo> infos;
+  for (auto device : {DeviceType::cpu, DeviceType::cuda})
+    for (const auto& k : kernels_for(device)) infos.push_back(k.info);
+  return infos;
+}
+
+int cuda_device_count() { return cuda::device_count(); }
+
+}  // namespace gather_linear

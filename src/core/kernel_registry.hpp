@@ -1,0 +1,42 @@
+// What each backend tells the dispatcher about its kernels.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "core/problem.hpp"
+#include "gather_linear/gather_linear.hpp"
+
+namespace gather_linear {
+
+struct KernelEntry {
+  KernelInfo info;
+  bool deterministic;
+  // Empty when the kernel can compute `p` under `options`; otherwise why not (for the error a
+  // forced kernel gets).
+  std::string (*why_not)(const Problem& p, const Options& options);
+  // Device scratch the kernel needs; null means none.
+  std::size_t (*workspace_bytes)(const Problem& p);
+  // Enqueues the work (CUDA) or does it (CPU). Only called when why_not() is empty. `workspace`
+  // holds at least workspace_bytes(p) bytes.
+  void (*run)(const Problem& p, const Options& options, Workspace workspace, CudaStream stream);
+};
+
+namespace cpu {
+std::span<const KernelEntry> kernels();
+// The CPU kernel the dispatcher uses when none is forced.
+const KernelEntry& choose_kernel(const Problem& p, const Options& options);
+}  // namespace cpu
+
+namespace cuda {
+std::span<const KernelEntry> kernels();  // empty in a build without CUDA
+const KernelEntry& choose_kernel(const Problem& p, const Options& options);
+// Checks that device and pointers are usable from CUDA; throws gather_linear::Error otherwise.
+void check_device_arguments(const Problem& p);
+// Device scratch owned by the library, grown on demand, one per device.
+Workspace cached_workspace(int device, std::size_t bytes);
+int device_count();
+}  // namespace cuda
+
+}  // namespace gather_linear

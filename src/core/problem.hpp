@@ -1,0 +1,31 @@
+// The validated, normalised form of a forward call that every kernel receives.
+#pragma once
+
+#include <cstdint>
+
+#include "gather_linear/tensor_view.hpp"
+
+namespace gather_linear {
+
+// A[b, r*H + h] = x[r*x_stride_r + b*x_stride_b + h*x_stride_h] is the gathered GEMM operand;
+// y = A * W^T + bias. Strides are in elements. Once validated, every extent and every offset
+// reachable through these strides fits in int64.
+struct Problem {
+  std::int64_t R = 0, B = 0, H = 0, K = 0;
+  std::int64_t RH = 0;  // the GEMM's reduction length, R*H
+  DType dtype = DType::float32;
+  Device device{};
+
+  const void* x = nullptr;
+  std::int64_t x_stride_r = 0, x_stride_b = 0, x_stride_h = 0;
+  const void* weight = nullptr;
+  std::int64_t weight_stride_k = 0;  // the inner stride is 1
+  const void* bias = nullptr;        // contiguous, or null for no bias
+  void* y = nullptr;
+  std::int64_t y_stride_b = 0;  // the inner stride is 1
+
+  std::int64_t outputs() const { return B * K; }
+  double flops() const { return 2.0 * static_cast<double>(B) * static_cast<double>(K) * static_cast<double>(RH); }
+};
+
+}  // namespace gather_linear

@@ -1,0 +1,164 @@
+#include "core/validate.hpp"
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "gather_linear/error.hpp"
+
+namespace gather_linear {
+namespace {
+
+[[noreturn]] void fail(const char* argument, const std::string& message,
+                       ErrorCode code = ErrorCode::invalid_argument) {
+  throw Error(code, argument, message);
+}
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+bool is_floating(DType d) {
+  return d == DType::float32 || d == DType::float16 || d == DType::bfloat16 || d == DType::float64;
+}
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* argument, const char* what) {
+  std::int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product))
+    fail(argument, std::string("sizes overflow int64: ") + what + " = " + str(a) + " * " + str(b));
+  return product;
+}
+
+void check_rank(const TensorView& t, const char* name, int rank, const char* shape) {
+  if (t.rank != rank)
+    fail(name, "expected rank " + str(rank) + " " + shape + ", got rank " + str(t.rank));
+}
+
+void check_dtype_and_device(const TensorView& t, const char* name, const TensorView& x) {
+  if (t.dtype != x.dtype)
+    fail(name, "expected dtype " + std::string(dtype_name(x.dtype)) + " (the dtype of x), got " +
+                   std::string(dtype_name(t.dtype)));
+  if (!(t.device == x.device))
+    fail(name, "expected device " + to_string(x.device) + " (the device of x), got " + to_string(t.device));
+}
+
+void check_sizes_and_strides(const TensorView& t, const char* name) {
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.size(d) < 0) fail(name, "expected non-negative sizes, got size(" + str(d) + ") = " + str(t.size(d)));
+    if (t.stride(d) < 0)
+      fail(name, "expected non-negative strides, got stride(" + str(d) + ") = " + str(t.stride(d)));
+  }
+}
+
+struct ByteSpan {
+  std::uintptr_t begin = 0, end = 0;  // [begin, end); empty when begin == end
+};
+
+// The bytes a view can reach; also proves every reachable offset fits in int64.
+ByteSpan reachable_bytes(const TensorView& t, const char* name) {
+  std::int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.size(d) == 0) return {};
+    std::int64_t term = 0;
+    if (__builtin_mul_overflow(t.size(d) - 1, t.stride(d), &term) || __builtin_add_overflow(last, term, &last))
+      fail(name, "sizes and strides overflow int64: the largest element offset does not fit");
+  }
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(last + 1, static_cast<std::int64_t>(dtype_size(t.dtype)), &bytes))
+    fail(name, "sizes and strides overflow int64: the view spans more than 2^63 bytes");
+  const auto begin = reinterpret_cast<std::uintptr_t>(t.data);
+  return {begin, begin + static_cast<std::uintptr_t>(bytes)};
+}
+
+void check_pointer(const TensorView& t, const char* name, const ByteSpan& span) {
+  if (span.begin == span.end) return;  // an empty view is never dereferenced
+  if (t.data == nullptr)
+    fail(name, "null data pointer for a non-empty tensor (" + str(t.numel()) + " elements)");
+  if (span.begin % dtype_size(t.dtype) != 0) {
+    std::ostringstream os;
+    os << "data pointer " << t.data << " is not aligned to its " << dtype_size(t.dtype) << "-byte element size";
+    fail(name, os.str());
+  }
+}
+
+void check_no_overlap(const ByteSpan& y, const ByteSpan& input, const char* input_name) {
+  if (y.begin == y.end || input.begin == input.end) return;
+  if (y.begin < input.end && input.begin < y.end)
+    fail("y", std::string("overlaps ") + input_name + ": the output must not share memory with an input");
+}
+
+}  // namespace
+
+Problem validate_forward_args(const TensorView& x, const TensorView& weight,
+                              const std::optional<TensorView>& bias, const TensorView& y) {
+  check_rank(x, "x", 3, "(R, B, H)");
+  check_rank(weight, "weight", 2, "(K, R*H)");
+  if (bias) check_rank(*bias, "bias", 1, "(K)");
+  check_rank(y, "y", 2, "(B, K)");
+
+  if (!is_floating(x.dtype))
+    fail("x", "unsupported dtype " + std::string(dtype_name(x.dtype)) + "; expected float32, float16, bfloat16 or float64",
+         ErrorCode::unsupported);
+  check_dtype_and_device(weight, "weight", x);
+  if (bias) check_dtype_and_device(*bias, "bias", x);
+  check_dtype_and_device(y, "y", x);
+  if (x.device.index < 0) fail("x", "invalid device " + to_string(x.device));
+
+  check_sizes_and_strides(x, "x");
+  check_sizes_and_strides(weight, "weight");
+  if (bias) check_sizes_and_strides(*bias, "bias");
+  check_sizes_and_strides(y, "y");
+
+  Problem p;
+  p.R = x.size(0);
+  p.B = x.size(1);
+  p.H = x.size(2);
+  p.K = weight.size(0);
+  p.RH = checked_mul(p.R, p.H, "x", "R*H");
+  checked_mul(p.RH, p.B, "x", "R*H*B");
+  checked_mul(p.RH, p.K, "weight", "R*H*K");
+  checked_mul(p.B, p.K, "y", "B*K");
+
+  if (weight.size(1) != p.RH)
+    fail("weight", "expected size(1) == R*H = " + str(p.R) + "*" + str(p.H) + " = " + str(p.RH) + ", got " +
+                       str(weight.size(1)));
+  if (bias && bias->size(0) != p.K)
+    fail("bias", "expected size(0) == K = " + str(p.K) + " (weight.size(0)), got " + str(bias->size(0)));
+  if (y.size(0) != p.B) fail("y", "expected size(0) == B = " + str(p.B) + " (x.size(1)), got " + str(y.size(0)));
+  if (y.size(1) != p.K)
+    fail("y", "expected size(1) == K = " + str(p.K) + " (weight.size(0)), got " + str(y.size(1)));
+
+  if (p.RH > 1 && p.K > 0 && weight.stride(1) != 1)
+    fail("weight", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(weight.stride(1)));
+  if (bias && p.K > 1 && bias->stride(0) != 1)
+    fail("bias", "expected a contiguous bias (stride(0) == 1), got stride(0) = " + str(bias->stride(0)));
+  if (p.K > 1 && p.B > 0 && y.stride(1) != 1)
+    fail("y", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(y.stride(1)));
+  if (p.B > 1 && p.K > 0 && y.stride(0) < p.K)
+    fail("y", "rows overlap: expected stride(0) >= K = " + str(p.K) + ", got stride(0) = " + str(y.stride(0)));
+
+  const ByteSpan x_span = reachable_bytes(x, "x");
+  const ByteSpan weight_span = reachable_bytes(weight, "weight");
+  const ByteSpan bias_span = bias ? reachable_bytes(*bias, "bias") : ByteSpan{};
+  const ByteSpan y_span = reachable_bytes(y, "y");
+  check_pointer(x, "x", x_span);
+  check_pointer(weight, "weight", weight_span);
+  if (bias) check_pointer(*bias, "bias", bias_span);
+  check_pointer(y, "y", y_span);
+  check_no_overlap(y_span, x_span, "x");
+  check_no_overlap(y_span, weight_span, "weight");
+  check_no_overlap(y_span, bias_span, "bias");
+
+  p.dtype = x.dtype;
+  p.device = x.device;
+  p.x = x.data;
+  p.x_stride_r = x.stride(0);
+  p.x_stride_b = x.stride(1);
+  p.x_stride_h = x.stride(2);
+  p.weight = weight.data;
+  p.weight_stride_k = weight.stride(0);
+  p.bias = bias && p.K > 0 ? bias->data : nullptr;
+  p.y = y.data;
+  p.y_stride_b = y.stride(0);
+  return p;
+}
+
+}  // namespace gather_linear

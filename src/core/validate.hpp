@@ -1,0 +1,16 @@
+// Argument checks shared by every backend: each failure names the argument and gives the
+// expected and the actual value, and happens before anything is written.
+#pragma once
+
+#include <optional>
+
+#include "core/problem.hpp"
+#include "gather_linear/tensor_view.hpp"
+
+namespace gather_linear {
+
+// Throws gather_linear::Error (invalid_argument or unsupported) on the first problem found.
+Problem validate_forward_args(const TensorView& x, const TensorView& weight,
+                              const std::optional<TensorView>& bias, const TensorView& y);
+
+}  // namespace gather_linear

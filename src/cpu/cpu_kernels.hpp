@@ -1,0 +1,34 @@
+// The CPU backend's kernels (registered in cpu_kernels.cpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+
+namespace gather_linear::cpu {
+
+// Instruction sets the gather-GEMM engine is compiled for; `best` picks at run time.
+enum class SimdLevel { best, avx512, avx2, portable };
+
+// Fused: the gathered rows are packed straight from x into a SIMD GEMM. float16/bfloat16
+// accumulate in float32, float64 in float64. Throws gather_linear::Error if `level` is not
+// supported by this processor.
+void run_gather_gemm(const Problem& p, SimdLevel level = SimdLevel::best);
+bool simd_level_supported(SimdLevel level);
+
+// Exact reference: y_ref[b*K + k] in double precision, single-threaded, from the definition.
+std::vector<double> reference_forward(const Problem& p);
+// The same for the listed rows b only: out[i*K + k] belongs to row rows[i].
+std::vector<double> reference_forward_rows(const Problem& p, std::span<const std::int64_t> rows);
+// The reference rounded into y's dtype.
+void run_reference(const Problem& p);
+
+// Unfused baseline: concatenate into a (B, R*H) buffer, then one OpenBLAS GEMM plus bias.
+void run_unfused_blas(const Problem& p);
+// Empty when run_unfused_blas can express `p`, else why not.
+std::string unfused_blas_why_not(const Problem& p);
+
+}  // namespace gather_linear::cpu

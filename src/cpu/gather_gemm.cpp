@@ -1,0 +1,177 @@
+// Fused CPU forward: a cache-blocked SIMD GEMM whose packing routine gathers A's rows straight
+// from x (see gather_gemm_engine.inl), parallelised with OpenMP over row blocks x column groups.
+// The engine is compiled for AVX-512, AVX2+FMA and plain SSE2 inside one translation unit with
+// `#pragma GCC target`, so that only the engine itself (not inline library code shared with
+// other translation units) uses the wider instructions; the best supported one runs.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+#include "core/numeric.hpp"
+#include "cpu/cpu_kernels.hpp"
+#include "gather_linear/error.hpp"
+
+namespace gather_linear::cpu {
+namespace {
+
+template <class In>
+using AccumulatorOf = std::conditional_t<std::is_same_v<In, double>, double, float>;
+
+struct EngineTiling {
+  int MR, NR, MC, KC;
+};
+
+// One instruction set's engine for one input type; buffers are typed void* so that the
+// driver below stays free of instruction-set code.
+struct Engine {
+  EngineTiling tiling;
+  void (*pack_weight_panel)(const Problem& p, std::int64_t k_first, void* out);
+  void (*compute_tile)(const Problem& p, const void* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
+                       std::int64_t k0, int nc, void* a_buf, void* c_buf);
+};
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GATHER_GEMM_HAS_X86_VARIANTS 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,fma")
+namespace avx512 {
+#define GATHER_GEMM_VECTOR_BYTES 64
+#define GATHER_GEMM_MR 12
+#include "cpu/gather_gemm_engine.inl"
+#undef GATHER_GEMM_VECTOR_BYTES
+#undef GATHER_GEMM_MR
+}  // namespace avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+#define GATHER_GEMM_VECTOR_BYTES 32
+#define GATHER_GEMM_MR 6
+#include "cpu/gather_gemm_engine.inl"
+#undef GATHER_GEMM_VECTOR_BYTES
+#undef GATHER_GEMM_MR
+}  // namespace avx2
+#pragma GCC pop_options
+#endif
+
+namespace portable {
+#define GATHER_GEMM_VECTOR_BYTES 16
+#define GATHER_GEMM_MR 4
+#include "cpu/gather_gemm_engine.inl"
+#undef GATHER_GEMM_VECTOR_BYTES
+#undef GATHER_GEMM_MR
+}  // namespace portable
+
+template <class In>
+Engine engine_for(SimdLevel level) {
+#ifdef GATHER_GEMM_HAS_X86_VARIANTS
+  if (level == SimdLevel::avx512) return avx512::engine<In>();
+  if (level == SimdLevel::avx2) return avx2::engine<In>();
+#endif
+  (void)level;
+  return portable::engine<In>();
+}
+
+// Grow-only, 64-byte aligned scratch; one per thread so concurrent callers never share it.
+class Scratch {
+ public:
+  void* bytes(std::size_t n) {
+    if (n > capacity_) {
+      capacity_ = std::max(n, capacity_ * 2);
+      data_.reset(static_cast<std::byte*>(::operator new(capacity_, std::align_val_t{64})));
+    }
+    return data_.get();
+  }
+
+ private:
+  struct AlignedDelete {
+    void operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte, AlignedDelete> data_;
+  std::size_t capacity_ = 0;
+};
+
+thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
+
+// Below this much work the OpenMP fork/join costs more than it saves.
+constexpr double kParallelFlops = 4e6;
+// A packed weight block this large keeps one KC-slice of it in L2/L3 while row blocks stream.
+constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+template <class In>
+void run_engine(const Problem& p, const Engine& e) {
+  using Acc = AccumulatorOf<In>;
+  const auto [MR, NR, MC, KC] = e.tiling;
+  const int threads = omp_get_max_threads();
+  const bool parallel = threads > 1 && p.flops() > kParallelFlops;
+
+  const std::int64_t panels_total = ceil_div(p.K, NR);
+  const std::int64_t panel_elems = std::max<std::int64_t>(p.RH, 1) * NR;
+  const std::int64_t panels_per_block =
+      std::clamp<std::int64_t>(kPackedWeightBlockBytes / (panel_elems * std::int64_t{sizeof(Acc)}), 1, panels_total);
+  auto* packed = static_cast<Acc*>(
+      packed_weight_scratch.bytes(static_cast<std::size_t>(panels_per_block * panel_elems) * sizeof(Acc)));
+
+  for (std::int64_t panel0 = 0; panel0 < panels_total; panel0 += panels_per_block) {
+    const std::int64_t panels = std::min(panels_per_block, panels_total - panel0);
+    const std::int64_t k_block0 = panel0 * NR;
+#pragma omp parallel for if (parallel) schedule(static)
+    for (std::int64_t q = 0; q < panels; ++q) e.pack_weight_panel(p, k_block0 + q * NR, packed + q * panel_elems);
+
+    // Enough tasks for every thread even when B is small: split the block's columns too.
+    const std::int64_t row_blocks = ceil_div(p.B, MC);
+    const std::int64_t groups = parallel ? std::clamp<std::int64_t>(ceil_div(2 * threads, row_blocks), 1, panels) : 1;
+    const std::int64_t panels_per_group = ceil_div(panels, groups);
+#pragma omp parallel for if (parallel) schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < row_blocks * groups; ++task) {
+      const std::int64_t first_panel = (task % groups) * panels_per_group;
+      if (first_panel >= panels) continue;
+      const std::int64_t b0 = (task / groups) * MC;
+      const int mc = static_cast<int>(std::min<std::int64_t>(MC, p.B - b0));
+      const std::int64_t k0 = k_block0 + first_panel * NR;
+      const int nc = static_cast<int>(std::min(panels_per_group * NR, p.K - k0));
+      const std::size_t c_elems = static_cast<std::size_t>(ceil_div(mc, MR) * MR) * static_cast<std::size_t>(ceil_div(nc, NR) * NR);
+      void* a_buf = a_scratch.bytes(static_cast<std::size_t>(MC) * KC * sizeof(Acc));
+      void* c_buf = c_scratch.bytes(c_elems * sizeof(Acc));
+      e.compute_tile(p, packed, k_block0, b0, mc, k0, nc, a_buf, c_buf);
+    }
+  }
+}
+
+}  // namespace
+
+bool simd_level_supported(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::best:
+    case SimdLevel::portable: return true;
+#ifdef GATHER_GEMM_HAS_X86_VARIANTS
+    case SimdLevel::avx512: return __builtin_cpu_supports("avx512f");
+    case SimdLevel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    default: return false;
+  }
+}
+
+void run_gather_gemm(const Problem& p, SimdLevel level) {
+  if (level == SimdLevel::best) {
+    static const SimdLevel best = simd_level_supported(SimdLevel::avx512) ? SimdLevel::avx512
+                                  : simd_level_supported(SimdLevel::avx2) ? SimdLevel::avx2
+                                                                          : SimdLevel::portable;
+    level = best;
+  }
+  if (!simd_level_supported(level))
+    throw Error(ErrorCode::unsupported, "level", "this processor does not support the requested SIMD level");
+  visit_floating_dtype(p.dtype, [&]<class In>() { run_engine<In>(p, engine_for<In>(level)); });
+}
+
+}  // namespace gather_linear::cpu

@@ -1,0 +1,145 @@
+// The CPU GEMM engine, compiled once per instruction set by gather_gemm.cpp: it includes this
+// file inside `namespace <isa>` under `#pragma GCC target(...)` after defining
+//   GATHER_GEMM_VECTOR_BYTES  width of one SIMD register (16, 32 or 64)
+//   GATHER_GEMM_MR            rows per micro-tile, sized so MR*2 accumulators + 3 fit the register file
+// It must not include headers: everything it uses is included before the target region, so
+// that only the functions defined here are compiled for that instruction set.
+//
+// Layout (BLIS style). The weight block [k_block0, k_block0 + nc) x [0, RH) is packed once
+// into NR-wide panels, panel-major: packed[panel][c][j] = W[k_block0 + panel*NR + j, c].
+// A row block of the gathered operand A[b, c] = x[c / H, b, c % H] is packed per KC-slice of c
+// into MR-tall panels: a[panel][c][i] = A[b0 + panel*MR + i, c0 + c]. The gather happens in
+// that packing, which a GEMM does anyway: the concatenation is never built.
+
+template <class Acc>
+struct Tiling {
+  static constexpr int kLanes = GATHER_GEMM_VECTOR_BYTES / static_cast<int>(sizeof(Acc));
+  static constexpr int kVectorsPerRow = 2;
+  static constexpr int NR = kLanes * kVectorsPerRow;  // columns of a micro-tile
+  static constexpr int MR = GATHER_GEMM_MR;           // rows of a micro-tile
+  static constexpr int KC = 256;                      // reduction slice: an NR panel slice stays in L1
+  static constexpr int MC = MR * 8;                   // rows per packed A block: stays in L2
+};
+
+template <class Acc>
+inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Acc* __restrict c,
+                         std::int64_t ldc) {
+  using T = Tiling<Acc>;
+  typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
+  Vec acc[T::MR][T::kVectorsPerRow];
+#pragma GCC unroll 16
+  for (int i = 0; i < T::MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < T::kVectorsPerRow; ++v) acc[i][v] = Vec{};
+  for (int kk = 0; kk < kc; ++kk) {
+    Vec bv[T::kVectorsPerRow];
+#pragma GCC unroll 4
+    for (int v = 0; v < T::kVectorsPerRow; ++v) std::memcpy(&bv[v], b + kk * T::NR + v * T::kLanes, sizeof(Vec));
+#pragma GCC unroll 16
+    for (int i = 0; i < T::MR; ++i) {
+      const Acc ai = a[kk * T::MR + i];
+#pragma GCC unroll 4
+      for (int v = 0; v < T::kVectorsPerRow; ++v) acc[i][v] += ai * bv[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < T::MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < T::kVectorsPerRow; ++v) {
+      Vec cv;
+      std::memcpy(&cv, c + i * ldc + v * T::kLanes, sizeof(Vec));
+      cv += acc[i][v];
+      std::memcpy(c + i * ldc + v * T::kLanes, &cv, sizeof(Vec));
+    }
+}
+
+// One NR-wide panel of weight rows starting at output k_first, all RH columns, zero-padded past K.
+template <class In, class Acc>
+void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict out) {
+  constexpr int NR = Tiling<Acc>::NR;
+  const In* weight = static_cast<const In*>(p.weight);
+  for (int j = 0; j < NR; ++j) {
+    const std::int64_t k = k_first + j;
+    if (k >= p.K) {
+      for (std::int64_t c = 0; c < p.RH; ++c) out[c * NR + j] = Acc(0);
+      continue;
+    }
+    const In* row = weight + k * p.weight_stride_k;
+    for (std::int64_t c = 0; c < p.RH; ++c) out[c * NR + j] = load_as<Acc>(row[c]);
+  }
+}
+
+// Gathers rows [b0, b0 + mc) x columns [c0, c0 + kc) of A straight from x into MR-tall panels.
+template <class In, class Acc>
+void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t c0, int kc, Acc* __restrict out) {
+  constexpr int MR = Tiling<Acc>::MR;
+  const In* x = static_cast<const In*>(p.x);
+  const int mc_padded = (mc + MR - 1) / MR * MR;
+  for (int i = 0; i < mc_padded; ++i) {
+    Acc* dst = out + (i / MR) * kc * MR + (i % MR);
+    if (i >= mc) {
+      for (int kk = 0; kk < kc; ++kk) dst[kk * MR] = Acc(0);
+      continue;
+    }
+    const In* row = x + (b0 + i) * p.x_stride_b;
+    std::int64_t r = c0 / p.H, h = c0 % p.H;
+    for (int kk = 0; kk < kc; ++r, h = 0) {
+      const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
+      const In* src = row + r * p.x_stride_r + h * p.x_stride_h;
+      if (p.x_stride_h == 1)
+        for (int t = 0; t < run; ++t) dst[(kk + t) * MR] = load_as<Acc>(src[t]);
+      else
+        for (int t = 0; t < run; ++t) dst[(kk + t) * MR] = load_as<Acc>(src[t * p.x_stride_h]);
+      kk += run;
+    }
+  }
+}
+
+// y[b0 .. b0+mc, k0 .. k0+nc) = bias + A_rows * W_cols^T, reading the packed weight block that
+// starts at output k_block0. a_buf holds MC*KC and c_buf mc_padded*nc_padded accumulators.
+template <class In, class Acc>
+void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
+                  std::int64_t k0, int nc, Acc* __restrict a_buf, Acc* __restrict c_buf) {
+  using T = Tiling<Acc>;
+  const int nc_padded = (nc + T::NR - 1) / T::NR * T::NR;
+  const int mc_padded = (mc + T::MR - 1) / T::MR * T::MR;
+  std::memset(c_buf, 0, sizeof(Acc) * static_cast<std::size_t>(mc_padded) * nc_padded);
+  for (std::int64_t c0 = 0; c0 < p.RH; c0 += T::KC) {
+    const int kc = static_cast<int>(std::min<std::int64_t>(T::KC, p.RH - c0));
+    pack_gathered_rows<In, Acc>(p, b0, mc, c0, kc, a_buf);
+    for (int jr = 0; jr < nc_padded; jr += T::NR) {
+      const Acc* b_panel = packed_weight + ((k0 - k_block0 + jr) / T::NR) * p.RH * T::NR + c0 * T::NR;
+      for (int ir = 0; ir < mc_padded; ir += T::MR)
+        micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded);
+    }
+  }
+  const In* bias = static_cast<const In*>(p.bias);
+  In* y = static_cast<In*>(p.y);
+  for (int i = 0; i < mc; ++i) {
+    In* y_row = y + (b0 + i) * p.y_stride_b + k0;
+    const Acc* c_row = c_buf + i * nc_padded;
+    for (int j = 0; j < nc; ++j) {
+      const Acc bias_j = bias ? load_as<Acc>(bias[k0 + j]) : Acc(0);
+      y_row[j] = store_as<In>(c_row[j] + bias_j);
+    }
+  }
+}
+
+// The non-template entry points the driver calls (instantiating the templates in this region).
+template <class In>
+void pack_weight_panel_for(const Problem& p, std::int64_t k_first, void* out) {
+  pack_weight_panel<In, AccumulatorOf<In>>(p, k_first, static_cast<AccumulatorOf<In>*>(out));
+}
+template <class In>
+void compute_tile_for(const Problem& p, const void* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
+                      std::int64_t k0, int nc, void* a_buf, void* c_buf) {
+  using Acc = AccumulatorOf<In>;
+  compute_tile<In, Acc>(p, static_cast<const Acc*>(packed_weight), k_block0, b0, mc, k0, nc,
+                        static_cast<Acc*>(a_buf), static_cast<Acc*>(c_buf));
+}
+
+template <class In>
+Engine engine() {
+  using T = Tiling<AccumulatorOf<In>>;
+  return {{T::MR, T::NR, T::MC, T::KC}, &pack_weight_panel_for<In>, &compute_tile_for<In>};
+}

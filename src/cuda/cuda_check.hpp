@@ -1,0 +1,21 @@
+// Turning CUDA status codes into gather_linear::Error.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "gather_linear/error.hpp"
+
+namespace gather_linear::cuda {
+
+// Throws Error(cuda_error) naming `what` (the call or kernel) when `status` is not success.
+inline void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw Error(ErrorCode::cuda_error, what, std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status));
+}
+
+// After a launch: a bad configuration shows up here, not at the next unrelated call.
+inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+}  // namespace gather_linear::cuda

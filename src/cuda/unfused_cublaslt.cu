@@ -1,0 +1,221 @@
+// The unfused baseline, what PyTorch eager runs: materialise A = cat(x[0..R), dim=-1) as a
+// (B, R*H) buffer, then one cuBLASLt GEMM with the bias in its epilogue. It is the CLI's
+// comparator and the dispatcher's fallback wherever no fused kernel wins (tensor-core sizes
+// until the fused tensor-core path exists).
+//
+// cuBLASLt is column-major, so y (B, K) row-major is computed as y^T = W * A^T:
+//   op(A) = W^T viewed column-major (R*H x K, ld = weight row stride), transposed  -> K x R*H
+//   B     = A^T column-major (R*H x B, ld = R*H)
+//   D     = y^T column-major (K x B, ld = y row stride), bias along K (the epilogue's rows).
+// Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, so a call
+// costs one cuBLASLt launch; the library's cuBLASLt workspace is allocated once per device.
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_info.hpp"
+#include "cuda/device_types.cuh"
+#include "cuda/unfused_cublaslt.hpp"
+
+namespace gather_linear::cuda {
+namespace {
+
+// ---- concatenation ----------------------------------------------------------------------
+
+template <class T, int VEC>
+__global__ void concatenate_kernel(const T* __restrict__ x, std::int64_t x_stride_r, std::int64_t x_stride_b,
+                                   std::int64_t x_stride_h, std::int64_t B, std::int64_t H, std::int64_t RH,
+                                   T* __restrict__ out) {
+  const std::int64_t groups = B * RH / VEC;
+  for (std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t e = g * VEC, b = e / RH, c = e - b * RH, r = c / H, h = c - r * H;
+    if constexpr (VEC == 1) {
+      out[e] = x[r * x_stride_r + b * x_stride_b + h * x_stride_h];
+    } else {
+      *reinterpret_cast<uint4*>(out + e) = __ldg(reinterpret_cast<const uint4*>(x + r * x_stride_r + b * x_stride_b + h));
+    }
+  }
+}
+
+bool concatenation_vectorizable(const Problem& p, int n) {
+  const auto divisible = [n](std::int64_t stride, std::int64_t extent) { return extent <= 1 || stride % n == 0; };
+  return p.H % n == 0 && (p.x_stride_h == 1 || p.H == 1) && divisible(p.x_stride_r, p.R) &&
+         divisible(p.x_stride_b, p.B) && aligned_to(p.x, 16);
+}
+
+template <class T>
+__global__ void broadcast_bias_kernel(const T* __restrict__ bias, std::int64_t B, std::int64_t K, std::int64_t y_stride_b,
+                                      T* __restrict__ y) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < B * K;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t b = i / K, k = i - b * K;
+    y[b * y_stride_b + k] = bias ? bias[k] : from_float<T>(0.f);
+  }
+}
+
+unsigned grid_for(std::int64_t items, int device) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>((items + 255) / 256, 1, 16 * multiprocessor_count(device)));
+}
+
+// ---- cuBLASLt ---------------------------------------------------------------------------
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(ErrorCode::cuda_error, what, std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status));
+}
+
+constexpr std::size_t kLtWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS suggests for Hopper
+constexpr int kMaxDevices = 64;
+
+struct DeviceContext {
+  std::once_flag once;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+
+DeviceContext& context(int device) {
+  static std::array<DeviceContext, kMaxDevices> contexts;
+  DeviceContext& ctx = contexts[static_cast<std::size_t>(device) % kMaxDevices];
+  std::call_once(ctx.once, [&] {
+    int current = 0;
+    check(cudaGetDevice(&current), "cudaGetDevice");
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check_lt(cublasLtCreate(&ctx.handle), "cublasLtCreate");
+    check(cudaMalloc(&ctx.workspace, kLtWorkspaceBytes), "cudaMalloc(cuBLASLt workspace)");
+    check(cudaSetDevice(current), "cudaSetDevice");
+  });
+  return ctx;
+}
+
+int alignment_bytes(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+cudaDataType_t cuda_data_type(DType d) {
+  return d == DType::float16 ? CUDA_R_16F : d == DType::bfloat16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+using PlanKey = std::tuple<int, DType, bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                           int, int, int>;
+
+struct Plan {
+  std::mutex mutex;  // the bias pointer lives in the shared descriptor
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, a = nullptr, y = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (op) cublasLtMatmulDescDestroy(op);
+    for (auto layout : {w, a, y})
+      if (layout) cublasLtMatrixLayoutDestroy(layout);
+  }
+};
+
+Plan& plan_for(const Problem& p, const void* concatenated, bool tf32, cublasLtHandle_t handle) {
+  const std::int64_t ldw = p.K == 1 ? p.RH : p.weight_stride_k, ldy = p.B == 1 ? p.K : p.y_stride_b;
+  const PlanKey key{p.device.index, p.dtype, tf32 && p.dtype == DType::float32, p.bias != nullptr, p.B, p.K, p.RH, ldw,
+                    ldy, alignment_bytes(p.weight), alignment_bytes(concatenated), alignment_bytes(p.y)};
+  static std::mutex cache_mutex;
+  static std::map<PlanKey, std::unique_ptr<Plan>> cache;
+  std::lock_guard lock(cache_mutex);
+  std::unique_ptr<Plan>& slot = cache[key];
+  if (slot) return *slot;
+
+  auto plan = std::make_unique<Plan>();
+  const cudaDataType_t type = cuda_data_type(p.dtype);
+  const cublasComputeType_t compute = std::get<2>(key) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  check_lt(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)), "TRANSA");
+  check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)), "TRANSB");
+  const cublasLtEpilogue_t epilogue = p.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "EPILOGUE");
+  check_lt(cublasLtMatrixLayoutCreate(&plan->w, type, static_cast<std::uint64_t>(p.RH), static_cast<std::uint64_t>(p.K), ldw), "layout W");
+  check_lt(cublasLtMatrixLayoutCreate(&plan->a, type, static_cast<std::uint64_t>(p.RH), static_cast<std::uint64_t>(p.B), p.RH), "layout A");
+  check_lt(cublasLtMatrixLayoutCreate(&plan->y, type, static_cast<std::uint64_t>(p.K), static_cast<std::uint64_t>(p.B), ldy), "layout y");
+
+  cublasLtMatmulPreference_t preference;
+  check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  const std::uint64_t max_workspace = kLtWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace, sizeof(max_workspace));
+  const std::uint32_t align_w = std::get<9>(key), align_a = std::get<10>(key), align_y = std::get<11>(key);
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w, sizeof(align_w));
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof(align_a));
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_y, sizeof(align_y));
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_y, sizeof(align_y));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->w, plan->a, plan->y, plan->y,
+                                                              preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) throw Error(ErrorCode::unsupported, "cublasLt", "no cuBLASLt algorithm for this problem");
+  plan->algo = result.algo;
+  slot = std::move(plan);
+  return *slot;
+}
+
+}  // namespace
+
+void concatenate(const Problem& p, void* out, CudaStream stream) {
+  visit_device_dtype(p.dtype, [&]<class T>() {
+    const T* x = static_cast<const T*>(p.x);
+    T* dst = static_cast<T*>(out);
+    constexpr int kVec = kVec16<T>;
+    if (concatenation_vectorizable(p, kVec))
+      concatenate_kernel<T, kVec><<<grid_for(p.B * p.RH / kVec, p.device.index), 256, 0, stream>>>(
+          x, p.x_stride_r, p.x_stride_b, p.x_stride_h, p.B, p.H, p.RH, dst);
+    else
+      concatenate_kernel<T, 1><<<grid_for(p.B * p.RH, p.device.index), 256, 0, stream>>>(
+          x, p.x_stride_r, p.x_stride_b, p.x_stride_h, p.B, p.H, p.RH, dst);
+    check_launch("concatenate_kernel");
+  });
+}
+
+void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precision precision, CudaStream stream) {
+  if (p.RH == 0) {  // no GEMM: y is the broadcast bias (or zeros)
+    visit_device_dtype(p.dtype, [&]<class T>() {
+      broadcast_bias_kernel<T><<<grid_for(p.B * p.K, p.device.index), 256, 0, stream>>>(
+          static_cast<const T*>(p.bias), p.B, p.K, p.y_stride_b, static_cast<T*>(p.y));
+      check_launch("broadcast_bias_kernel");
+    });
+    return;
+  }
+  DeviceContext& ctx = context(p.device.index);
+  Plan& plan = plan_for(p, concatenated, precision == Fp32Precision::tf32, ctx.handle);
+  const float one = 1.f, zero = 0.f;
+  std::lock_guard lock(plan.mutex);
+  if (p.bias)
+    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)),
+             "BIAS_POINTER");
+  check_lt(cublasLtMatmul(ctx.handle, plan.op, &one, p.weight, plan.w, concatenated, plan.a, &zero, p.y, plan.y, p.y,
+                          plan.y, &plan.algo, ctx.workspace, kLtWorkspaceBytes, stream),
+           "cublasLtMatmul");
+}
+
+std::size_t unfused_workspace_bytes(const Problem& p) {
+  return static_cast<std::size_t>(p.B * p.RH) * dtype_size(p.dtype);
+}
+
+std::string unfused_why_not(const Problem& p) {
+  if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
+  if (p.K > 1 && p.weight_stride_k < p.RH) return "weight rows overlap (stride(0) < R*H), which cuBLASLt cannot express";
+  return {};
+}
+
+void run_unfused(const Problem& p, Fp32Precision precision, Workspace workspace, CudaStream stream) {
+  if (p.RH > 0) concatenate(p, workspace.data, stream);
+  gemm_on_concatenated(p, workspace.data, precision, stream);
+}
+
+}  // namespace gather_linear::cuda

@@ -1,0 +1,22 @@
+// The unfused baseline (concatenate + cuBLASLt GEMM with bias) and its two halves, which the
+// CLI and benchmarks time separately (GEMM-only on an input concatenated beforehand).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/problem.hpp"
+#include "gather_linear/gather_linear.hpp"
+
+namespace gather_linear::cuda {
+
+// Writes cat(x[0..R), dim=-1) as a row-major (B, R*H) matrix to `out` (B*R*H elements).
+void concatenate(const Problem& p, void* out, CudaStream stream);
+// y = concatenated * W^T + bias through cuBLASLt (TF32 for float32 when allowed).
+void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precision precision, CudaStream stream);
+
+std::size_t unfused_workspace_bytes(const Problem& p);
+std::string unfused_why_not(const Problem& p);
+void run_unfused(const Problem& p, Fp32Precision precision, Workspace workspace, CudaStream stream);
+
+}  // namespace gather_linear::cuda

@@ -1,0 +1,119 @@
+// CPU kernels against the exact reference over a sweep of shapes, dtypes and layouts.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "core/validate.hpp"
+#include "cpu/cpu_kernels.hpp"
+#include "test_support.hpp"
+
+namespace gather_linear {
+namespace {
+
+using namespace gather_linear::testing;
+
+// Edges: unit sizes, odd and prime H, R = 64, H = 1, row counts around the SIMD tiles
+// (MR = 4/6/12, MC = 32/48/96), reductions longer than the KC = 256 slice and H larger than it,
+// and empty dimensions.
+const Shape kShapes[] = {
+    {1, 1, 1, 1},   {4, 12, 32, 56}, {1, 7, 5, 3},    {3, 1, 17, 1},  {2, 33, 13, 65}, {64, 5, 3, 7},
+    {5, 97, 31, 37}, {8, 130, 16, 100}, {2, 40, 300, 40}, {3, 50, 100, 70}, {7, 100, 1, 9}, {1, 1, 1, 33},
+    {0, 4, 8, 5},   {3, 4, 0, 5},    {3, 0, 8, 5},    {3, 4, 8, 0},
+};
+const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16};
+const Layout kLayouts[] = {Layout::contiguous, Layout::head_major, Layout::strided, Layout::broadcast_rows};
+
+std::vector<Case> sweep() {
+  std::vector<Case> cases;
+  for (const Shape& s : kShapes)
+    for (DType d : kDtypes)
+      for (Layout l : kLayouts)
+        for (bool bias : {true, false}) cases.push_back({s, d, l, bias});
+  return cases;
+}
+
+// Runs `run` on fresh poisoned operands and returns its relative error against the reference.
+template <class Run>
+double error_of(const Case& c, Run run) {
+  Operands o = make_operands(c, 1234);
+  const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+  run(o);
+  EXPECT_TRUE(gaps_untouched(o.y)) << c << ": wrote outside y's view";
+  return relative_error(o.y, cpu::reference_forward(p), c.shape.B, c.shape.K);
+}
+
+double baseline_error(const Case& c) {
+  return error_of(c, [](Operands& o) {
+    Options options;
+    options.kernel = "cpu_unfused_blas";
+    forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
+  });
+}
+
+// float32/float64: the reference's accuracy. float16/bfloat16: within 2x the unfused baseline's
+// own error plus one unit of output rounding (both round the same float32 sums).
+void expect_accurate(const Case& c, double err, const std::string& what) {
+  ASSERT_FALSE(std::isnan(err)) << what << " " << c << ": NaN in output (an element was not written)";
+  if (is_low_precision(c.dtype)) {
+    const double unit = c.dtype == DType::bfloat16 ? 0x1p-8 : 0x1p-11;
+    const double bound = 2 * baseline_error(c) + unit;
+    EXPECT_LE(err, bound) << what << " " << c;
+  } else {
+    EXPECT_LE(err, exact_tolerance(c.dtype)) << what << " " << c;
+  }
+}
+
+class CpuForwardSweep : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CpuForwardSweep, GatherGemmAtEverySimdLevel) {
+  const Case c = GetParam();
+  for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable}) {
+    if (!cpu::simd_level_supported(level)) continue;
+    const double err = error_of(c, [&](Operands& o) {
+      cpu::run_gather_gemm(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), level);
+    });
+    expect_accurate(c, err, "cpu_gather_gemm level " + std::to_string(static_cast<int>(level)));
+  }
+}
+
+TEST_P(CpuForwardSweep, DispatchedAndForcedKernels) {
+  const Case c = GetParam();
+  for (const char* kernel : {"auto", "cpu_gather_gemm", "cpu_reference", "cpu_unfused_blas"}) {
+    const double err = error_of(c, [&](Operands& o) {
+      Options options;
+      options.kernel = kernel;
+      forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
+    });
+    expect_accurate(c, err, kernel);
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::ostringstream os;
+  os << "R" << c.shape.R << "_B" << c.shape.B << "_H" << c.shape.H << "_K" << c.shape.K << "_"
+     << dtype_name(c.dtype) << "_" << layout_name(c.layout) << (c.bias ? "_bias" : "_nobias");
+  return os.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, CpuForwardSweep, ::testing::ValuesIn(sweep()), case_name);
+
+// Large enough for several packed weight blocks (> 4 MB), many row blocks and all threads.
+TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    const Case c{{4, 300, 512, 700}, dtype, Layout::head_major, true};
+    const double err = error_of(c, [](Operands& o) { forward(o.x.view, o.weight.view, o.bias_view(), o.y.view); });
+    expect_accurate(c, err, "auto");
+  }
+}
+
+TEST(CpuForwardDeterminism, SameInputsSameBits) {
+  const Case c{{8, 200, 64, 300}, DType::float32, Layout::contiguous, true};
+  Operands a = make_operands(c, 99), b = make_operands(c, 99);
+  forward(a.x.view, a.weight.view, a.bias_view(), a.y.view);
+  forward(b.x.view, a.weight.view, a.bias_view(), b.y.view);
+  EXPECT_EQ(a.y.storage, b.y.storage);
+}
+
+}  // namespace
+}  // namespace gather_linear

@@ -1,0 +1,184 @@
+// Shared test helpers: host tensors with arbitrary strides, seeded random fills, NaN poison,
+// problem layouts, and error measures against the exact reference.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/numeric.hpp"
+#include "gather_linear/gather_linear.hpp"
+
+namespace gather_linear::testing {
+
+// Owns host storage for a strided view; gaps between elements exist in storage too, so that
+// a kernel writing outside the view is caught (gaps keep their poison).
+struct HostTensor {
+  std::vector<std::byte> storage;
+  TensorView view;
+
+  HostTensor() = default;
+  HostTensor(DType dtype, std::vector<std::int64_t> sizes, std::vector<std::int64_t> strides) {
+    std::int64_t span = 1;
+    bool empty = false;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      empty = empty || sizes[d] == 0;
+      span += (sizes[d] - 1) * strides[d];
+    }
+    storage.resize(static_cast<std::size_t>(empty ? 0 : span) * dtype_size(dtype) + 64);
+    view.data = storage.data();
+    view.dtype = dtype;
+    view.device = Device::cpu();
+    view.rank = static_cast<int>(sizes.size());
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      view.sizes[d] = sizes[d];
+      view.strides[d] = strides[d];
+    }
+  }
+
+  std::size_t elements() const { return (storage.size() - 64) / dtype_size(view.dtype); }
+
+  void set(std::size_t i, double v) {
+    visit_floating_dtype(view.dtype, [&]<class T>() {
+      const T t = store_as<T>(v);
+      std::memcpy(storage.data() + i * sizeof(T), &t, sizeof(T));
+    });
+  }
+  double get(std::size_t i) const {
+    return visit_floating_dtype(view.dtype, [&]<class T>() {
+      T t;
+      std::memcpy(&t, storage.data() + i * sizeof(T), sizeof(T));
+      return load_as<double>(t);
+    });
+  }
+  // Element at a multi-index of the view.
+  double at(std::initializer_list<std::int64_t> index) const {
+    std::int64_t offset = 0;
+    int d = 0;
+    for (auto i : index) offset += i * view.stride(d++);
+    return get(static_cast<std::size_t>(offset));
+  }
+
+  void fill_uniform(std::uint32_t seed, double lo = -1.0, double hi = 1.0) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> dist(lo, hi);
+    for (std::size_t i = 0; i < elements(); ++i) set(i, dist(rng));
+  }
+  void fill_nan() {
+    for (std::size_t i = 0; i < elements(); ++i) set(i, std::numeric_limits<double>::quiet_NaN());
+  }
+};
+
+inline HostTensor contiguous_tensor(DType dtype, std::vector<std::int64_t> sizes) {
+  std::vector<std::int64_t> strides(sizes.size());
+  std::int64_t s = 1;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= std::max<std::int64_t>(sizes[d], 1);
+  }
+  return HostTensor(dtype, sizes, strides);
+}
+
+// How x, weight and y are laid out in memory.
+enum class Layout {
+  contiguous,     // x (R, B, H) row-major
+  head_major,     // x stored (B, R, H) and viewed as (R, B, H): attention's per-head outputs
+  strided,        // x's h stride 2, padded rows; weight rows padded; y rows padded
+  broadcast_rows  // x's b stride 0: every row of A is the same
+};
+
+inline const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::contiguous: return "contiguous";
+    case Layout::head_major: return "head_major";
+    case Layout::strided: return "strided";
+    case Layout::broadcast_rows: return "broadcast_rows";
+  }
+  return "?";
+}
+
+struct Shape {
+  std::int64_t R, B, H, K;
+};
+
+struct Case {
+  Shape shape;
+  DType dtype;
+  Layout layout;
+  bool bias;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Case& c) {
+  return os << "R=" << c.shape.R << " B=" << c.shape.B << " H=" << c.shape.H << " K=" << c.shape.K
+            << " dtype=" << dtype_name(c.dtype) << " layout=" << layout_name(c.layout)
+            << " bias=" << (c.bias ? "yes" : "no");
+}
+
+// Inputs filled with seeded uniform values, y poisoned with NaN (gaps included).
+struct Operands {
+  HostTensor x, weight, bias, y;
+  std::optional<TensorView> bias_view() const { return bias.storage.empty() ? std::nullopt : std::optional(bias.view); }
+};
+
+inline Operands make_operands(const Case& c, std::uint32_t seed) {
+  const auto [R, B, H, K] = c.shape;
+  const std::int64_t RH = R * H;
+  Operands o;
+  switch (c.layout) {
+    case Layout::contiguous: o.x = HostTensor(c.dtype, {R, B, H}, {B * H, H, 1}); break;
+    case Layout::head_major: o.x = HostTensor(c.dtype, {R, B, H}, {H, R * H, 1}); break;
+    case Layout::strided: o.x = HostTensor(c.dtype, {R, B, H}, {B * (2 * H + 3), 2 * H + 3, 2}); break;
+    case Layout::broadcast_rows: o.x = HostTensor(c.dtype, {R, B, H}, {H, 0, 1}); break;
+  }
+  const bool padded = c.layout == Layout::strided;
+  o.weight = HostTensor(c.dtype, {K, RH}, {RH + (padded ? 5 : 0), 1});
+  o.y = HostTensor(c.dtype, {B, K}, {K + (padded ? 3 : 0), 1});
+  o.x.fill_uniform(seed);
+  o.weight.fill_uniform(seed + 1);
+  if (c.bias) {
+    o.bias = contiguous_tensor(c.dtype, {K});
+    o.bias.fill_uniform(seed + 2);
+  }
+  o.y.fill_nan();
+  return o;
+}
+
+// max |y - ref| / max |ref| over the view (NaN anywhere makes it NaN), with ref row-major (B, K).
+inline double relative_error(const HostTensor& y, const std::vector<double>& ref, std::int64_t B, std::int64_t K) {
+  double max_err = 0, max_ref = 0;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t k = 0; k < K; ++k) {
+      const double r = ref[static_cast<std::size_t>(b * K + k)];
+      const double e = std::abs(y.at({b, k}) - r);
+      if (std::isnan(e)) return std::numeric_limits<double>::quiet_NaN();
+      max_err = std::max(max_err, e);
+      max_ref = std::max(max_ref, std::abs(r));
+    }
+  return max_ref > 0 ? max_err / max_ref : max_err;
+}
+
+// Storage elements of y outside the view must still hold their NaN poison.
+inline bool gaps_untouched(const HostTensor& y) {
+  std::vector<bool> in_view(y.elements(), false);
+  for (std::int64_t b = 0; b < y.view.size(0); ++b)
+    for (std::int64_t k = 0; k < y.view.size(1); ++k)
+      in_view[static_cast<std::size_t>(b * y.view.stride(0) + k * y.view.stride(1))] = true;
+  for (std::size_t i = 0; i < in_view.size(); ++i)
+    if (!in_view[i] && !std::isnan(y.get(i))) return false;
+  return true;
+}
+
+// Tolerance for a fused result that claims float32/float64 accuracy.
+inline double exact_tolerance(DType dtype) { return dtype == DType::float64 ? 1e-12 : 1e-5; }
+
+inline bool is_low_precision(DType dtype) { return dtype == DType::float16 || dtype == DType::bfloat16; }
+
+}  // namespace gather_linear::testing

@@ -1,0 +1,27 @@
+// Timing helpers for the CLI: wall clock on the CPU; CUDA-graph replays and event pairs on
+// the GPU, rotating through input sets so that repeated launches do not just measure L2.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "gather_linear/gather_linear.hpp"
+
+namespace gather_linear::cli {
+
+struct GpuTiming {
+  double graph_us = 0;  // median per forward over CUDA-graph replays (launch gaps amortised)
+  double event_us = 0;  // median of an event pair around one forward launched from the host
+};
+
+// Median wall-clock microseconds of `run` over `repeats` calls, after one warm-up call.
+double time_cpu_us(const std::function<void()>& run, int repeats);
+
+// `launch(set)` enqueues one forward reading input set `set` on `stream`. Each graph holds
+// `sets` launches cycling through the sets; `repeats` replays give the median.
+GpuTiming time_gpu(const std::function<void(int set)>& launch, int sets, int repeats, CudaStream stream);
+
+// Bytes of the GPU's L2 cache (0 without a GPU).
+std::size_t gpu_l2_bytes(int device);
+
+}  // namespace gather_linear::cli
