@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_timing.hpp"
+#include "timing.hpp"
 #include "core/numeric.hpp"
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
@@ -268,8 +268,8 @@ Report run_cpu(const Config& c) {
   rep.pass = passes(c, rep.fused, rep.baseline);
 
   const int repeats = c.repeats > 0 ? c.repeats : std::min(default_repeats(c), 30);
-  rep.fused_us = time_cpu_us([&] { forward(v.x, v.weight, v.bias, v.y, fused); }, repeats);
-  rep.unfused_us = time_cpu_us([&] { forward(v.x, v.weight, v.bias, v.y, unfused); }, repeats);
+  rep.fused_us = timing::time_cpu_us([&] { forward(v.x, v.weight, v.bias, v.y, fused); }, repeats);
+  rep.unfused_us = timing::time_cpu_us([&] { forward(v.x, v.weight, v.bias, v.y, unfused); }, repeats);
   rep.timing = "median wall clock of " + std::to_string(repeats) + " calls";
   return rep;
 }
@@ -306,7 +306,7 @@ Report run_cuda(const Config& c) {
   const Reference ref = compute_reference(c, in);
   const std::size_t es = dtype_size(c.dtype);
   const std::size_t set_bytes = in.x.size() + in.weight.size() + in.bias.size();
-  const int sets = static_cast<int>(std::clamp<std::size_t>(2 * gpu_l2_bytes(device) / std::max<std::size_t>(set_bytes, 1) + 1, 1, 64));
+  const int sets = static_cast<int>(std::clamp<std::size_t>(2 * timing::gpu_l2_bytes(device) / std::max<std::size_t>(set_bytes, 1) + 1, 1, 64));
 
   DeviceSets d;
   const std::size_t y_bytes = static_cast<std::size_t>(c.B * c.K) * es;
@@ -345,15 +345,15 @@ Report run_cuda(const Config& c) {
   auto launch = [&](const Options& o) {
     return [&, o](int s) { forward(d.views[s].x, d.views[s].weight, d.views[s].bias, d.views[s].y, o, stream); };
   };
-  const GpuTiming tf = time_gpu(launch(fused), sets, repeats, stream);
-  const GpuTiming tu = time_gpu(launch(unfused_ws), sets, repeats, stream);
+  const timing::GpuTiming tf = timing::time_gpu(launch(fused), sets, repeats, stream);
+  const timing::GpuTiming tu = timing::time_gpu(launch(unfused_ws), sets, repeats, stream);
   // GEMM-only: the same cuBLASLt GEMM-with-bias the baseline runs, on input concatenated beforehand.
   {
     const Problem p = validate_forward_args(v0.x, v0.weight, v0.bias, v0.y);
     cuda::concatenate(p, d.concatenated, stream);
     check(cudaStreamSynchronize(stream), "concatenate");
   }
-  const GpuTiming tg = time_gpu(
+  const timing::GpuTiming tg = timing::time_gpu(
       [&](int s) {
         const Views& v = d.views[s];
         const Problem p = validate_forward_args(v.x, v.weight, v.bias, v.y);

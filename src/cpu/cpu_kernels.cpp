@@ -1,6 +1,4 @@
 // The CPU backend's entries for the dispatcher.
-#include <array>
-
 #include "core/kernel_registry.hpp"
 #include "cpu/cpu_kernels.hpp"
 
@@ -8,21 +6,25 @@ namespace gather_linear::cpu {
 namespace {
 
 std::string runs_anything(const Problem&, const Options&) { return {}; }
-std::string unfused_why_not(const Problem& p, const Options&) { return unfused_blas_why_not(p); }
-
 void gather_gemm(const Problem& p, const Options&, Workspace, CudaStream) { run_gather_gemm(p); }
 void reference(const Problem& p, const Options&, Workspace, CudaStream) { run_reference(p); }
-void unfused(const Problem& p, const Options&, Workspace, CudaStream) { run_unfused_blas(p); }
 
-const std::array<KernelEntry, 3> kKernels{{
+#ifdef GATHER_LINEAR_HAVE_OPENBLAS
+std::string unfused_why_not(const Problem& p, const Options&) { return unfused_blas_why_not(p); }
+void unfused(const Problem& p, const Options&, Workspace, CudaStream) { run_unfused_blas(p); }
+#endif
+
+const KernelEntry kKernels[] = {
     {{"cpu_gather_gemm", DeviceType::cpu, true,
       "SIMD GEMM (AVX-512, AVX2 or SSE2) that gathers x's rows while packing; OpenMP threads"},
      true, runs_anything, nullptr, gather_gemm},
     {{"cpu_reference", DeviceType::cpu, true, "exact reference: double accumulation, one thread"},
      true, runs_anything, nullptr, reference},
+#ifdef GATHER_LINEAR_HAVE_OPENBLAS
     {{"cpu_unfused_blas", DeviceType::cpu, false, "baseline: concatenate, then one OpenBLAS GEMM with bias"},
      true, unfused_why_not, nullptr, unfused},
-}};
+#endif
+};
 
 }  // namespace
 

@@ -161,18 +161,22 @@ std::string simt_gemm_why_not(const Problem& p) {
   return {};
 }
 
-void run_simt_gemm(const Problem& p, CudaStream stream) {
-  // The largest tile that still gives every multiprocessor a block: big tiles reuse loads
-  // more, but a grid smaller than the GPU leaves multiprocessors idle.
-  const std::int64_t sms = multiprocessor_count(p.device.index);
-  const auto tiles = [&](int bm, int bn) { return (p.B + bm - 1) / bm * ((p.K + bn - 1) / bn); };
+void run_simt_gemm(const Problem& p, CudaStream stream, SimtTile tile) {
+  if (tile == SimtTile::automatic) {
+    // The largest tile that still gives every multiprocessor a block: big tiles reuse loads
+    // more, but a grid smaller than the GPU leaves multiprocessors idle.
+    const std::int64_t sms = multiprocessor_count(p.device.index);
+    const auto tiles = [&](int bm, int bn) { return (p.B + bm - 1) / bm * ((p.K + bn - 1) / bn); };
+    tile = tiles(128, 128) >= 2 * sms ? SimtTile::rows128_cols128
+           : tiles(128, 64) >= sms    ? SimtTile::rows128_cols64
+                                      : SimtTile::rows64_cols64;
+  }
   visit_device_dtype(p.dtype, [&]<class T>() {
-    if (tiles(128, 128) >= 2 * sms)
-      launch_tile<T, 128, 128>(p, stream);
-    else if (tiles(128, 64) >= sms)
-      launch_tile<T, 128, 64>(p, stream);
-    else
-      launch_tile<T, 64, 64>(p, stream);
+    switch (tile) {
+      case SimtTile::rows128_cols128: launch_tile<T, 128, 128>(p, stream); break;
+      case SimtTile::rows128_cols64: launch_tile<T, 128, 64>(p, stream); break;
+      default: launch_tile<T, 64, 64>(p, stream); break;
+    }
   });
 }
 

@@ -1,4 +1,4 @@
-#include "cli_timing.hpp"
+#include "timing.hpp"
 
 #include <cuda_runtime.h>
 
@@ -8,7 +8,7 @@
 
 #include "cuda/cuda_check.hpp"
 
-namespace gather_linear::cli {
+namespace gather_linear::timing {
 namespace {
 
 double median(std::vector<double> v) {
@@ -79,4 +79,4 @@ std::size_t gpu_l2_bytes(int device) {
   return static_cast<std::size_t>(bytes);
 }
 
-}  // namespace gather_linear::cli
+}  // namespace gather_linear::timing

@@ -1,4 +1,4 @@
-// Timing helpers for the CLI: wall clock on the CPU; CUDA-graph replays and event pairs on
+// Timing helpers for the CLI and the benchmarks: wall clock on the CPU; CUDA-graph replays and event pairs on
 // the GPU, rotating through input sets so that repeated launches do not just measure L2.
 #pragma once
 
@@ -7,7 +7,7 @@
 
 #include "gather_linear/gather_linear.hpp"
 
-namespace gather_linear::cli {
+namespace gather_linear::timing {
 
 struct GpuTiming {
   double graph_us = 0;  // median per forward over CUDA-graph replays (launch gaps amortised)
@@ -24,4 +24,4 @@ GpuTiming time_gpu(const std::function<void(int set)>& launch, int sets, int rep
 // Bytes of the GPU's L2 cache (0 without a GPU).
 std::size_t gpu_l2_bytes(int device);
 
-}  // namespace gather_linear::cli
+}  // namespace gather_linear::timing

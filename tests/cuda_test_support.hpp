@@ -1,0 +1,89 @@
+// GPU test helpers: device mirrors of HostTensor storage (gaps and poison included).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+#include "test_support.hpp"
+
+namespace gather_linear::testing {
+
+#define CUDA_ASSERT(call)                                                                     \
+  do {                                                                                        \
+    const cudaError_t status_ = (call);                                                       \
+    ASSERT_EQ(status_, cudaSuccess) << #call << ": " << cudaGetErrorString(status_);          \
+  } while (0)
+
+// Owned device memory (nothing for zero bytes).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    if (bytes > 0 && cudaMalloc(&data_, bytes) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_) cudaFree(data_);
+  }
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A device copy of a HostTensor's whole storage; the view keeps the host view's strides.
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  explicit DeviceTensor(const HostTensor& host) : buffer_(host.storage.size()) {
+    upload(host);
+    view_ = host.view;
+    view_.data = buffer_.data();
+    view_.device = Device::cuda(0);
+  }
+
+  void upload(const HostTensor& host) const {
+    if (cudaMemcpy(buffer_.data(), host.storage.data(), buffer_.bytes(), cudaMemcpyHostToDevice) != cudaSuccess)
+      throw std::runtime_error("cudaMemcpy to device failed");
+  }
+  void download(HostTensor& host) const {
+    if (cudaMemcpy(host.storage.data(), buffer_.data(), buffer_.bytes(), cudaMemcpyDeviceToHost) != cudaSuccess)
+      throw std::runtime_error("cudaMemcpy to host failed");
+  }
+  const TensorView& view() const { return view_; }
+
+ private:
+  DeviceBuffer buffer_;
+  TensorView view_{};
+};
+
+struct DeviceOperands {
+  DeviceTensor x, weight, bias, y;
+  bool has_bias = false;
+
+  explicit DeviceOperands(const Operands& o)
+      : x(o.x), weight(o.weight), y(o.y), has_bias(!o.bias.storage.empty()) {
+    if (has_bias) bias = DeviceTensor(o.bias);
+  }
+  std::optional<TensorView> bias_view() const { return has_bias ? std::optional(bias.view()) : std::nullopt; }
+  void forward(const Options& options, CudaStream stream = nullptr) const {
+    gather_linear::forward(x.view(), weight.view(), bias_view(), y.view(), options, stream);
+  }
+};
+
+inline bool gpu_available() { return cuda_device_count() > 0; }
+
+}  // namespace gather_linear::testing

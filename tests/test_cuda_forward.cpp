@@ -1,0 +1,262 @@
+// CUDA kernels against the exact reference: the CPU sweep plus sizes that cross every tile
+// edge and multi-wave grids; graph capture with replays on new inputs; determinism; no
+// allocation per call; device-specific argument errors. Outputs are NaN-poisoned first.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "core/validate.hpp"
+#include "cpu/cpu_kernels.hpp"
+#include "cuda_test_support.hpp"
+
+namespace gather_linear {
+namespace {
+
+using namespace gather_linear::testing;
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+const char* const kFusedKernels[] = {"auto", "cuda_latency", "cuda_simt_tiled"};
+constexpr const char* kBaseline = "cuda_unfused_cublaslt";
+
+Options options_for(const char* kernel, Fp32Precision precision = Fp32Precision::ieee) {
+  Options o;
+  o.kernel = kernel;
+  o.fp32_precision = precision;
+  return o;
+}
+
+// Relative error of one run on fresh poisoned operands; also checks y's gaps kept their poison.
+double cuda_error_of(const Case& c, const Options& options, std::uint32_t seed = 1234) {
+  Operands o = make_operands(c, seed);
+  DeviceOperands d(o);
+  d.forward(options);
+  const cudaError_t status = cudaDeviceSynchronize();
+  EXPECT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << c << " kernel " << options.kernel;
+  d.y.download(o.y);
+  EXPECT_TRUE(gaps_untouched(o.y)) << c << " kernel " << options.kernel << ": wrote outside y's view";
+  const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+  return relative_error(o.y, cpu::reference_forward(p), c.shape.B, c.shape.K);
+}
+
+// float32: exact-float32 accuracy. float16/bfloat16 (and TF32): at most twice the unfused
+// baseline's own error plus one unit of rounding.
+void expect_accurate(const Case& c, const Options& options, double err) {
+  ASSERT_FALSE(std::isnan(err)) << c << " kernel " << options.kernel << ": NaN left in y";
+  const bool tf32 = c.dtype == DType::float32 && options.fp32_precision == Fp32Precision::tf32;
+  if (is_low_precision(c.dtype) || tf32) {
+    const double unit = c.dtype == DType::bfloat16 ? 0x1p-8 : 0x1p-11;
+    const double baseline = cuda_error_of(c, options_for(kBaseline, options.fp32_precision));
+    EXPECT_LE(err, 2 * baseline + unit) << c << " kernel " << options.kernel << " (baseline error " << baseline << ")";
+  } else {
+    EXPECT_LE(err, 1e-5) << c << " kernel " << options.kernel;
+  }
+}
+
+// The CPU sweep's edges plus GPU tile edges: 64/128-row and -column tiles, BK = 16 reduction
+// steps (H = 15, 16, 17), 16-byte vectors (H = 4, 8, 12) and multi-wave grids.
+const Shape kShapes[] = {
+    {1, 1, 1, 1},      {4, 12, 32, 56},    {1, 7, 5, 3},      {3, 1, 17, 1},      {2, 33, 13, 65},
+    {64, 5, 3, 7},     {5, 97, 31, 37},    {8, 130, 16, 100}, {2, 40, 300, 40},   {3, 50, 100, 70},
+    {7, 100, 1, 9},    {0, 4, 8, 5},       {3, 4, 0, 5},      {3, 0, 8, 5},       {3, 4, 8, 0},
+    {1, 64, 16, 64},   {1, 65, 16, 65},    {2, 127, 8, 129},  {3, 128, 16, 128},  {1, 129, 17, 127},
+    {4, 257, 15, 100}, {2, 300, 40, 260},  {5, 200, 12, 190}, {3, 191, 4, 66},    {16, 70, 8, 33},
+};
+const DType kDtypes[] = {DType::float32, DType::float16, DType::bfloat16};
+const Layout kLayouts[] = {Layout::contiguous, Layout::head_major, Layout::strided, Layout::broadcast_rows};
+
+std::vector<Case> sweep() {
+  std::vector<Case> cases;
+  for (const Shape& s : kShapes)
+    for (DType d : kDtypes)
+      for (Layout l : kLayouts)
+        for (bool bias : {true, false}) cases.push_back({s, d, l, bias});
+  return cases;
+}
+
+class CudaForwardSweep : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(CudaForwardSweep, EveryKernel) {
+  const Case c = GetParam();
+  for (const char* kernel : kFusedKernels) expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
+  EXPECT_LE(cuda_error_of(c, options_for(kBaseline)), is_low_precision(c.dtype) ? 1e-2 : 1e-5) << c << " baseline";
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::ostringstream os;
+  os << "R" << c.shape.R << "_B" << c.shape.B << "_H" << c.shape.H << "_K" << c.shape.K << "_"
+     << dtype_name(c.dtype) << "_" << layout_name(c.layout) << (c.bias ? "_bias" : "_nobias");
+  return os.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, CudaForwardSweep, ::testing::ValuesIn(sweep()), case_name);
+
+// Grids of many waves and each SIMT tile configuration (64x64, 128x64, 128x128).
+TEST_F(CudaTest, LargeGrids) {
+  const Shape shapes[] = {{2, 65536, 16, 64}, {2, 64, 64, 16384}, {4, 2304, 16, 2048}, {8, 1024, 128, 1024}};
+  for (const Shape& s : shapes)
+    for (DType dtype : {DType::float32, DType::bfloat16}) {
+      const Case c{s, dtype, Layout::head_major, true};
+      for (const char* kernel : kFusedKernels) expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
+    }
+}
+
+TEST_F(CudaTest, Tf32IsUsedOnlyWhenAllowed) {
+  const Case c{{8, 512, 64, 512}, DType::float32, Layout::contiguous, true};
+  for (const char* kernel : {"auto", kBaseline}) {
+    EXPECT_LE(cuda_error_of(c, options_for(kernel)), 1e-5) << kernel << " without TF32";
+    const Options tf32 = options_for(kernel, Fp32Precision::tf32);
+    expect_accurate(c, tf32, cuda_error_of(c, tf32));
+  }
+}
+
+TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
+  cudaStream_t stream;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const Shape& shape : {Shape{4, 12, 32, 56}, Shape{8, 300, 64, 200}})
+    for (const char* kernel : {"auto", "cuda_latency", "cuda_simt_tiled", kBaseline}) {
+      const Case c{shape, DType::float32, Layout::head_major, true};
+      Operands o = make_operands(c, 7);
+      DeviceOperands d(o);
+      Options options = options_for(kernel);
+      const std::size_t ws_bytes = workspace_bytes(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options);
+      DeviceBuffer workspace(ws_bytes);
+      if (ws_bytes > 0) options.workspace = {workspace.data(), ws_bytes};
+      d.forward(options, stream);  // warm-up outside the capture (plan caches)
+      CUDA_ASSERT(cudaStreamSynchronize(stream));
+
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      // Global mode: any launch on the legacy default stream during capture is an error.
+      CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      d.forward(options, stream);
+      CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+      CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+      for (std::uint32_t trial = 0; trial < 3; ++trial) {
+        Operands fresh = make_operands(c, 100 + trial);  // new values, y poisoned again
+        d.x.upload(fresh.x);
+        d.weight.upload(fresh.weight);
+        d.bias.upload(fresh.bias);
+        d.y.upload(fresh.y);
+        CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+        CUDA_ASSERT(cudaStreamSynchronize(stream));
+        d.y.download(fresh.y);
+        const Problem p = validate_forward_args(fresh.x.view, fresh.weight.view, fresh.bias_view(), fresh.y.view);
+        const double err = relative_error(fresh.y, cpu::reference_forward(p), c.shape.B, c.shape.K);
+        EXPECT_LE(err, 1e-5) << c << " kernel " << kernel << " replay " << trial;
+      }
+      CUDA_ASSERT(cudaGraphExecDestroy(exec));
+      CUDA_ASSERT(cudaGraphDestroy(graph));
+    }
+  CUDA_ASSERT(cudaStreamDestroy(stream));
+}
+
+TEST_F(CudaTest, DeterministicBits) {
+  for (const char* kernel : kFusedKernels) {
+    const Case c{{8, 700, 64, 300}, DType::float32, Layout::contiguous, true};
+    Operands a = make_operands(c, 5), b = make_operands(c, 5);
+    DeviceOperands da(a), db(b);
+    da.forward(options_for(kernel));
+    db.forward(options_for(kernel));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    da.y.download(a.y);
+    db.y.download(b.y);
+    EXPECT_EQ(a.y.storage, b.y.storage) << kernel;
+  }
+}
+
+TEST_F(CudaTest, FusedKernelsAllocateNothingPerCall) {
+  const Case c{{8, 1024, 128, 1024}, DType::float32, Layout::contiguous, true};
+  Operands o = make_operands(c, 3);
+  DeviceOperands d(o);
+  for (const char* kernel : kFusedKernels) {
+    EXPECT_EQ(workspace_bytes(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for(kernel)), 0u);
+    d.forward(options_for(kernel));  // warm-up: module load
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    std::size_t free_before = 0, free_after = 0, total = 0;
+    CUDA_ASSERT(cudaMemGetInfo(&free_before, &total));
+    for (int i = 0; i < 50; ++i) d.forward(options_for(kernel));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    CUDA_ASSERT(cudaMemGetInfo(&free_after, &total));
+    EXPECT_EQ(free_before, free_after) << kernel;
+  }
+}
+
+// Runs forward expecting an Error for `argument`, then checks y still holds its poison.
+void expect_cuda_error(const DeviceOperands& d, HostTensor& y_host, const TensorView& x, const TensorView& w,
+                       const TensorView& y, const Options& options, const std::string& argument,
+                       const std::string& fragment) {
+  try {
+    forward(x, w, d.bias_view(), y, options);
+    ADD_FAILURE() << "expected an error for " << argument;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  d.y.download(y_host);
+  for (std::size_t i = 0; i < y_host.elements(); ++i) ASSERT_TRUE(std::isnan(y_host.get(i))) << "y[" << i << "] written";
+}
+
+TEST_F(CudaTest, DeviceArgumentErrorsLeaveYUntouched) {
+  const Case c{{2, 3, 4, 5}, DType::float32, Layout::contiguous, true};
+  Operands o = make_operands(c, 11);
+  DeviceOperands d(o);
+  const Options automatic;
+
+  TensorView host_x = o.x.view;
+  host_x.device = Device::cuda(0);
+  expect_cuda_error(d, o.y, host_x, d.weight.view(), d.y.view(), automatic, "x",
+                    "expected CUDA device memory on cuda:0, got host memory");
+
+  TensorView far_x = d.x.view(), far_w = d.weight.view(), far_y = d.y.view();
+  far_x.device = far_w.device = far_y.device = Device::cuda(63);
+  try {
+    forward(far_x, far_w, std::nullopt, far_y);
+    ADD_FAILURE() << "a missing device was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "x");
+    EXPECT_NE(std::string(e.what()).find("device cuda:63 does not exist"), std::string::npos) << e.what();
+  }
+
+  expect_cuda_error(d, o.y, d.x.view(), d.weight.view(), d.y.view(), options_for("cpu_gather_gemm"), "options.kernel",
+                    "runs on cpu, but the tensors are on cuda:0");
+  Options tiny_workspace = options_for(kBaseline);
+  tiny_workspace.workspace = {d.x.view().data, 4};
+  expect_cuda_error(d, o.y, d.x.view(), d.weight.view(), d.y.view(), tiny_workspace, "options.workspace",
+                    "expected at least 96 bytes");
+
+  // The errors left no sticky CUDA state: a valid call still works.
+  const double err = cuda_error_of(c, automatic);
+  EXPECT_LE(err, 1e-5);
+}
+
+TEST_F(CudaTest, Float64IsRejectedOnCuda) {
+  const Case c{{2, 3, 4, 5}, DType::float64, Layout::contiguous, true};
+  Operands o = make_operands(c, 12);
+  DeviceOperands d(o);
+  for (const char* kernel : {"auto", "cuda_latency", "cuda_simt_tiled", kBaseline}) {
+    try {
+      d.forward(options_for(kernel));
+      ADD_FAILURE() << kernel << " accepted float64";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("float64 is not supported on CUDA"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gather_linear
