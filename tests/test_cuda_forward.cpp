@@ -22,7 +22,14 @@ class CudaTest : public ::testing::Test {
   }
 };
 
-const char* const kFusedKernels[] = {"auto", "cuda_latency", "cuda_simt_tiled"};
+const char* const kFusedKernels[] = {"auto", "cuda_latency", "cuda_tensor_core_mma", "cuda_simt_tiled"};
+constexpr const char* kMma = "cuda_tensor_core_mma";
+
+// The tensor-core kernel copies 16-byte chunks: it runs exactly when H is a multiple of the
+// chunk and x and W have no padding or strides that break chunks (every layout but `strided`).
+bool mma_can_run(const Case& c) {
+  return c.layout != Layout::strided && c.shape.H % static_cast<std::int64_t>(16 / dtype_size(c.dtype)) == 0;
+}
 constexpr const char* kBaseline = "cuda_unfused_cublaslt";
 
 Options options_for(const char* kernel, Fp32Precision precision = Fp32Precision::ieee) {
@@ -89,7 +96,21 @@ class CudaForwardSweep : public ::testing::TestWithParam<Case> {
 
 TEST_P(CudaForwardSweep, EveryKernel) {
   const Case c = GetParam();
-  for (const char* kernel : kFusedKernels) expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
+  for (const char* kernel : kFusedKernels) {
+    if (std::string(kernel) == kMma && !mma_can_run(c)) {
+      Operands o = make_operands(c, 1);
+      DeviceOperands d(o);
+      try {
+        d.forward(options_for(kernel));
+        ADD_FAILURE() << c << ": " << kernel << " accepted a layout it cannot read in 16-byte chunks";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("needs 16-byte chunks"), std::string::npos) << e.what();
+      }
+      continue;
+    }
+    expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
+  }
   EXPECT_LE(cuda_error_of(c, options_for(kBaseline)), is_low_precision(c.dtype) ? 1e-2 : 1e-5) << c << " baseline";
 }
 
@@ -105,7 +126,8 @@ INSTANTIATE_TEST_SUITE_P(Sweep, CudaForwardSweep, ::testing::ValuesIn(sweep()), 
 
 // Grids of many waves and each SIMT tile configuration (64x64, 128x64, 128x128).
 TEST_F(CudaTest, LargeGrids) {
-  const Shape shapes[] = {{2, 65536, 16, 64}, {2, 64, 64, 16384}, {4, 2304, 16, 2048}, {8, 1024, 128, 1024}};
+  const Shape shapes[] = {{2, 65536, 16, 64}, {2, 64, 64, 16384}, {4, 2304, 16, 2048}, {8, 1024, 128, 1024},
+                          {8, 256, 512, 256}};  // the last: a 4096-long reduction
   for (const Shape& s : shapes)
     for (DType dtype : {DType::float32, DType::bfloat16}) {
       const Case c{s, dtype, Layout::head_major, true};
@@ -115,7 +137,7 @@ TEST_F(CudaTest, LargeGrids) {
 
 TEST_F(CudaTest, Tf32IsUsedOnlyWhenAllowed) {
   const Case c{{8, 512, 64, 512}, DType::float32, Layout::contiguous, true};
-  for (const char* kernel : {"auto", kBaseline}) {
+  for (const char* kernel : {"auto", kMma, kBaseline}) {
     EXPECT_LE(cuda_error_of(c, options_for(kernel)), 1e-5) << kernel << " without TF32";
     const Options tf32 = options_for(kernel, Fp32Precision::tf32);
     expect_accurate(c, tf32, cuda_error_of(c, tf32));
@@ -126,7 +148,7 @@ TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
   cudaStream_t stream;
   CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (const Shape& shape : {Shape{4, 12, 32, 56}, Shape{8, 300, 64, 200}})
-    for (const char* kernel : {"auto", "cuda_latency", "cuda_simt_tiled", kBaseline}) {
+    for (const char* kernel : {"auto", "cuda_latency", kMma, "cuda_simt_tiled", kBaseline}) {
       const Case c{shape, DType::float32, Layout::head_major, true};
       Operands o = make_operands(c, 7);
       DeviceOperands d(o);
@@ -247,7 +269,7 @@ TEST_F(CudaTest, Float64IsRejectedOnCuda) {
   const Case c{{2, 3, 4, 5}, DType::float64, Layout::contiguous, true};
   Operands o = make_operands(c, 12);
   DeviceOperands d(o);
-  for (const char* kernel : {"auto", "cuda_latency", "cuda_simt_tiled", kBaseline}) {
+  for (const char* kernel : {"auto", "cuda_latency", kMma, "cuda_simt_tiled", kBaseline}) {
     try {
       d.forward(options_for(kernel));
       ADD_FAILURE() << kernel << " accepted float64";

@@ -3,6 +3,7 @@
 
 #include "core/kernel_registry.hpp"
 #include "cuda/latency_kernel.hpp"
+#include "cuda/mma_gemm_kernel.hpp"
 #include "cuda/simt_gemm_kernel.hpp"
 #include "cuda/unfused_cublaslt.hpp"
 
@@ -11,18 +12,24 @@ namespace {
 
 std::string latency_why_not(const Problem& p, const Options&) { return latency_kernel_why_not(p); }
 std::string simt_why_not(const Problem& p, const Options&) { return simt_gemm_why_not(p); }
+std::string mma_why_not(const Problem& p, const Options&) { return mma_gemm_why_not(p); }
 std::string unfused_why_not_entry(const Problem& p, const Options&) { return unfused_why_not(p); }
 
 void latency(const Problem& p, const Options&, Workspace, CudaStream s) { run_latency_kernel(p, s); }
 void simt(const Problem& p, const Options&, Workspace, CudaStream s) { run_simt_gemm(p, s); }
+void mma(const Problem& p, const Options& o, Workspace, CudaStream s) { run_mma_gemm(p, o.fp32_precision, s); }
 void unfused(const Problem& p, const Options& o, Workspace w, CudaStream s) { run_unfused(p, o.fp32_precision, w, s); }
 
-enum KernelIndex { kLatency, kSimt, kUnfused };
+enum KernelIndex { kLatency, kMma, kSimt, kUnfused };
 
-const std::array<KernelEntry, 3> kKernels{{
+const std::array<KernelEntry, 4> kKernels{{
     {{"cuda_latency", DeviceType::cuda, true,
       "small problems: a warp per 2x2 output tile, 16-byte loads straight from x, shuffle reduction"},
      true, latency_why_not, nullptr, latency},
+    {{"cuda_tensor_core_mma", DeviceType::cuda, true,
+      "tensor-core GEMM (mma.sync): exact float32 as 3xTF32, TF32 when allowed, float16/bfloat16; "
+      "cp.async copies x's slices in place (needs 16-byte chunks)"},
+     true, mma_why_not, nullptr, mma},
     {{"cuda_simt_tiled", DeviceType::cuda, true,
       "general exact-float32 GEMM on CUDA cores, gathering x's slices in place; any shape and stride"},
      true, simt_why_not, nullptr, simt},
@@ -35,11 +42,23 @@ const std::array<KernelEntry, 3> kKernels{{
 
 std::span<const KernelEntry> kernels() { return kKernels; }
 
+// Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): the latency kernel wins
+// while the work is small; exact float32 beyond about a million outputs goes to the 3xTF32
+// tensor-core kernel; in between, and wherever cuBLAS's wgmma tensor-core GEMMs (16-bit, TF32)
+// outrun the fused kernels, the unfused baseline runs: never lose to it.
 const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   if (std::string why = simt_gemm_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "x", why);
-  if (p.outputs() <= 4096) return kKernels[kLatency];
-  const bool tensor_cores_win = p.dtype != DType::float32 || options.fp32_precision == Fp32Precision::tf32;
-  return tensor_cores_win ? kKernels[kUnfused] : kKernels[kSimt];
+  const bool exact_float32 = p.dtype == DType::float32 && options.fp32_precision == Fp32Precision::ieee;
+  const bool tf32 = p.dtype == DType::float32 && !exact_float32;
+  const double macs = static_cast<double>(p.outputs()) * static_cast<double>(p.RH);
+  // Multiply-adds up to which the latency kernel beats cuBLAS: its 2x2 tiles (small outputs)
+  // sustain less than its 4x4 tiles, and cuBLAS's tensor cores (16-bit, TF32) catch up sooner.
+  const bool small_tiles = p.outputs() <= kLatencySmallTileOutputs;
+  const double latency_limit = exact_float32 ? (small_tiles ? 20e6 : 40e6) : tf32 ? 16e6 : 12e6;
+  if (macs <= latency_limit && latency_kernel_why_not(p).empty()) return kKernels[kLatency];
+  if (exact_float32 && p.outputs() >= 786432 && mma_gemm_why_not(p).empty()) return kKernels[kMma];
+  if (unfused_why_not(p).empty()) return kKernels[kUnfused];
+  return kKernels[kSimt];
 }
 
 }  // namespace gather_linear::cuda

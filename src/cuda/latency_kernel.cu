@@ -5,22 +5,31 @@
 
 namespace gather_linear::cuda {
 
-using latency::kWarpsPerBlock;
-
 std::string latency_kernel_why_not(const Problem& p) {
   if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
-  // One warp per output tile: beyond this the grid itself would be the problem.
-  if (((p.B + 1) / 2 * ((p.K + 1) / 2) + kWarpsPerBlock - 1) / kWarpsPerBlock > 0x7fffffff)
-    return "too many outputs for one warp per output tile";
+  // 32-bit thread indexing (fast division needs values below 2^31): for small problems only.
+  if (p.outputs() * 32 >= (std::int64_t{1} << 31) || p.RH + 32 * 16 * 4 >= (std::int64_t{1} << 31) ||
+      p.H >= (std::int64_t{1} << 31))
+    return "too large for 32-bit thread indexing (it is meant for small problems)";
   return {};
+}
+
+// Output tile per lane group, by problem size (bench/kernel_variants.cu measures them): small
+// tiles keep many warps in flight for tiny problems; bigger ones reuse each load more.
+template <class T, int VEC>
+void launch_for_size(const Problem& p, CudaStream stream) {
+  if (p.outputs() <= kLatencySmallTileOutputs)
+    latency::launch<T, VEC, 2, 2, 32, 1>(p, stream);
+  else
+    latency::launch<T, VEC, 4, 4, 32, 1>(p, stream);
 }
 
 void run_latency_kernel(const Problem& p, CudaStream stream) {
   visit_device_dtype(p.dtype, [&]<class T>() {
     if (gather_vectorizable(p, kVec16<T>))
-      latency::launch<T, kVec16<T>, 2, 2>(p, stream);
+      launch_for_size<T, kVec16<T>>(p, stream);
     else
-      latency::launch<T, 1, 2, 2>(p, stream);
+      launch_for_size<T, 1>(p, stream);
   });
 }
 

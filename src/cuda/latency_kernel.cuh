@@ -2,9 +2,9 @@
 //
 //   y[b, k] = bias[k] + sum_c A[b, c] * W[k, c],   A[b, c] = x[c / H, b, c % H]
 //
-// One warp computes a TB x TK tile of outputs. Its lanes stride over the reduction index c in
-// 16-byte groups (VEC elements), so each lane issues all its loads for one step at once and the
-// warp's loads of a row are coalesced; partial sums meet in a shuffle reduction. Nothing is
+// A group of SPLIT lanes computes a TB x TK tile of outputs. Its lanes stride over the reduction
+// index c in 16-byte groups (VEC elements), so each lane issues all its loads for one step at
+// once and the group's loads of a row are coalesced; partial sums meet in a shuffle reduction. Nothing is
 // staged through shared memory and there is no intermediate buffer: at these sizes the time
 // is one launch plus one round trip to L2, so the kernel keeps that critical path short.
 // Napkin bound for the seed problem: 34 KB read (L2-resident in steady state), 2.7 KB written,
@@ -17,85 +17,123 @@
 
 namespace gather_linear::cuda::latency {
 
+// n / d for a divisor fixed at launch, as a multiply-high and a shift (valid for n < 2^31):
+// with l = ceil(log2 d) and m = floor(2^(31+l) / d) + 1, n*m / 2^(31+l) exceeds n/d by less
+// than 1/d, which cannot carry past the next integer.
+struct FastDivider {
+  std::uint32_t divisor = 1, multiplier = 0, shift = 0;
+  FastDivider() = default;
+  explicit FastDivider(std::uint32_t d) : divisor(d) {
+    if (d <= 1) return;
+    std::uint32_t l = 0;
+    while ((std::uint64_t{1} << l) < d) ++l;
+    multiplier = static_cast<std::uint32_t>((std::uint64_t{1} << (31 + l)) / d + 1);
+    shift = l - 1;
+  }
+  __device__ __forceinline__ std::uint32_t quotient(std::uint32_t n) const {
+    return divisor <= 1 ? n : __umulhi(n, multiplier) >> shift;
+  }
+};
+
+// Sizes and tile counts that index threads fit in 31 bits (latency_kernel_why_not checks), so
+// the per-lane index arithmetic is 32-bit; element offsets stay 64-bit.
 struct LatencyArgs {
   const void* x;
   const void* weight;
   const void* bias;
   void* y;
-  std::int64_t B, H, K, RH;
+  std::uint32_t B, H, K, RH;
+  FastDivider slice, k_tiles;  // c -> r = c / H;  tile -> row tile = tile / k_tiles
   std::int64_t x_stride_r, x_stride_b, x_stride_h, weight_stride_k, y_stride_b;
 };
 
 constexpr int kWarpsPerBlock = 4;
 
-template <class T, int VEC, int TB, int TK>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) latency_kernel(const LatencyArgs a) {
-  const std::int64_t warp = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  const std::int64_t k_tiles = (a.K + TK - 1) / TK;
-  const std::int64_t b0 = (warp / k_tiles) * TB, k0 = (warp % k_tiles) * TK;
-  if (b0 >= a.B) return;
+template <class T, int VEC, int TB, int TK, int SPLIT, int UNROLL, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a) {
+  static_assert(TB * TK <= SPLIT && 32 % SPLIT == 0, "one lane of the group writes each output of its tile");
+  // SPLIT consecutive lanes share one TB x TK output tile and split its reduction.
+  const std::uint32_t tile = (blockIdx.x * blockDim.x + threadIdx.x) / SPLIT;
+  const int lane = threadIdx.x % SPLIT;
+  const std::uint32_t row_tile = a.k_tiles.quotient(tile);
+  const std::uint32_t b0 = row_tile * TB, k0 = (tile - row_tile * a.k_tiles.divisor) * TK;
+  const bool active = b0 < a.B;  // idle groups still take part in the warp's shuffles
   const T* x = static_cast<const T*>(a.x);
   const T* w = static_cast<const T*>(a.weight);
+  const T* bias = static_cast<const T*>(a.bias);
 
+  // Lane i*TK + j writes output (b0 + i, k0 + j); its bias load is issued with the others
+  // instead of after the reduction, which would add a second round trip to memory.
+  const int out_i = lane / TK, out_j = lane % TK;
+  const bool writes = active && lane < TB * TK && b0 + out_i < a.B && k0 + out_j < a.K;
+  const float bias_value = writes && bias ? to_float(bias[k0 + out_j]) : 0.f;
+
+  // UNROLL steps of the reduction are loaded before any is used, so that a lane waits for
+  // memory once per UNROLL steps rather than once per step.
   float acc[TB][TK] = {};
-  for (std::int64_t c = static_cast<std::int64_t>(lane) * VEC; c < a.RH; c += 32 * VEC) {
-    const std::int64_t r = c / a.H, h = c - r * a.H;
-    float xv[TB][VEC], wv[TK][VEC];
+  for (std::uint32_t c0 = lane * VEC; active && c0 < a.RH; c0 += SPLIT * VEC * UNROLL) {
+    float xv[UNROLL][TB][VEC], wv[UNROLL][TK][VEC];
 #pragma unroll
-    for (int i = 0; i < TB; ++i) {
-      if (b0 + i < a.B) {
-        if constexpr (VEC == 1)
-          xv[i][0] = to_float(x[r * a.x_stride_r + (b0 + i) * a.x_stride_b + h * a.x_stride_h]);
-        else
-          load_as_float<T, VEC>(x + r * a.x_stride_r + (b0 + i) * a.x_stride_b + h, xv[i]);
-      } else {
+    for (int u = 0; u < UNROLL; ++u) {
+      const std::uint32_t c = c0 + u * SPLIT * VEC;
+      const std::uint32_t r = a.slice.quotient(c), h = c - r * a.H;
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) xv[i][v] = 0.f;
+      for (int i = 0; i < TB; ++i) {
+        if (c < a.RH && b0 + i < a.B) {
+          const T* row = x + r * a.x_stride_r + (b0 + i) * a.x_stride_b;
+          if constexpr (VEC == 1)
+            xv[u][i][0] = to_float(row[h * a.x_stride_h]);
+          else
+            load_as_float<T, VEC>(row + h, xv[u][i]);
+        } else {
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) xv[u][i][v] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < TK; ++j) {
+        if (c < a.RH && k0 + j < a.K) {
+          load_as_float<T, VEC>(w + (k0 + j) * a.weight_stride_k + c, wv[u][j]);
+        } else {
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) wv[u][j][v] = 0.f;
+        }
       }
     }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int i = 0; i < TB; ++i)
+#pragma unroll
+        for (int j = 0; j < TK; ++j)
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) acc[i][j] = fmaf(xv[u][i][v], wv[u][j][v], acc[i][j]);
+  }
+  float mine = 0.f;
+#pragma unroll
+  for (int i = 0; i < TB; ++i)
 #pragma unroll
     for (int j = 0; j < TK; ++j) {
-      if (k0 + j < a.K) {
-        load_as_float<T, VEC>(w + (k0 + j) * a.weight_stride_k + c, wv[j]);
-      } else {
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) wv[j][v] = 0.f;
-      }
+      for (int offset = SPLIT / 2; offset > 0; offset >>= 1)
+        acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], offset);
+      if (out_i == i && out_j == j) mine = acc[i][j];
     }
-#pragma unroll
-    for (int i = 0; i < TB; ++i)
-#pragma unroll
-      for (int j = 0; j < TK; ++j)
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[i][j] = fmaf(xv[i][v], wv[j][v], acc[i][j]);
-  }
-#pragma unroll
-  for (int i = 0; i < TB; ++i)
-#pragma unroll
-    for (int j = 0; j < TK; ++j)
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], offset);
-
-  // Lane i*TK + j writes output (b0 + i, k0 + j).
-  const T* bias = static_cast<const T*>(a.bias);
-  T* y = static_cast<T*>(a.y);
-#pragma unroll
-  for (int i = 0; i < TB; ++i)
-#pragma unroll
-    for (int j = 0; j < TK; ++j)
-      if (lane == i * TK + j && b0 + i < a.B && k0 + j < a.K)
-        y[(b0 + i) * a.y_stride_b + k0 + j] = from_float<T>(acc[i][j] + (bias ? to_float(bias[k0 + j]) : 0.f));
+  if (writes) static_cast<T*>(a.y)[(b0 + out_i) * a.y_stride_b + k0 + out_j] = from_float<T>(mine + bias_value);
 }
 
-// Enqueues the kernel with TB x TK output tiles per warp and VEC-element loads.
-template <class T, int VEC, int TB, int TK>
+// Enqueues the kernel: TB x TK output tiles per group of SPLIT lanes, VEC-element loads,
+// UNROLL reduction steps per memory wait, WARPS warps per block.
+template <class T, int VEC, int TB, int TK, int SPLIT, int UNROLL, int WARPS = kWarpsPerBlock>
 void launch(const Problem& p, CudaStream stream) {
-  const LatencyArgs args{p.x, p.weight, p.bias, p.y, p.B, p.H, p.K, p.RH,
-                         p.x_stride_r, p.x_stride_b, p.x_stride_h, p.weight_stride_k, p.y_stride_b};
-  const std::int64_t warps = (p.B + TB - 1) / TB * ((p.K + TK - 1) / TK);
-  const std::int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  latency_kernel<T, VEC, TB, TK><<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0, stream>>>(args);
+  const auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
+  const std::int64_t k_tiles = (p.K + TK - 1) / TK, tiles = (p.B + TB - 1) / TB * k_tiles;
+  const LatencyArgs args{p.x,        p.weight,       p.bias,          p.y,
+                         u32(p.B),   u32(p.H),       u32(p.K),        u32(p.RH),
+                         FastDivider(u32(p.H)), FastDivider(u32(k_tiles)), p.x_stride_r, p.x_stride_b,
+                         p.x_stride_h, p.weight_stride_k, p.y_stride_b};
+  const std::int64_t blocks = (tiles * SPLIT + WARPS * 32 - 1) / (WARPS * 32);
+  latency_kernel<T, VEC, TB, TK, SPLIT, UNROLL, WARPS><<<static_cast<unsigned>(blocks), WARPS * 32, 0, stream>>>(args);
   check_launch("latency_kernel");
 }
 

@@ -1,0 +1,6 @@
+// The mma.sync kernel family in mode f16 (one translation unit per mode keeps builds parallel).
+#include "cuda/mma_gemm_kernel.cuh"
+
+namespace gather_linear::cuda::mma {
+template void run_mode<Mode::f16>(const Problem&, MmaTile, CudaStream);
+}  // namespace gather_linear::cuda::mma
