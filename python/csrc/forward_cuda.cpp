@@ -1,0 +1,48 @@
+// The CUDA kernel of gather_linear::forward. Everything PyTorch's own CUDA ops do is done here the
+// same way, so the op composes with streams, the caching allocator and CUDA graphs:
+// - x's device is made current (CUDAGuard) and the library launches on PyTorch's current stream;
+// - y, and the workspace if the chosen kernel needs one, come from at::empty (the caching
+//   allocator): nothing is allocated outside PyTorch, so a forward can be captured in a graph;
+// - float32 uses TF32 exactly when nn.Linear's cuBLAS matmul would.
+#include <ATen/Context.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "tensor_views.hpp"
+
+namespace gather_linear::torch_binding {
+namespace {
+
+at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  // A CPU x reaches this kernel only beside a CUDA weight or bias; validation then reports the
+  // device mismatch before anything touches a GPU.
+  c10::cuda::OptionalCUDAGuard device_guard;
+  if (x.is_cuda()) device_guard.set_device(x.device());
+  return translating_errors([&] {
+    ForwardArguments args = prepare_forward(x, weight, bias);
+    Options options;
+    // The setting ATen's cuBLAS matmuls read: torch.backends.cuda.matmul.fp32_precision, which
+    // torch.backends.cuda.matmul.allow_tf32 and torch.set_float32_matmul_precision also set.
+    // (Context::allowTF32CuBLAS() would throw where the legacy and the new API were mixed.)
+    const auto precision = at::globalContext().float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL);
+    if (precision == at::Float32Precision::TF32) options.fp32_precision = Fp32Precision::tf32;
+    // Released on return, which is safe: the caching allocator reuses a block only for work
+    // ordered after this launch on the same stream.
+    at::Tensor workspace;
+    const std::size_t bytes = workspace_bytes(args.x_view, args.weight_view, args.bias_view, args.y_view, options);
+    if (bytes > 0) {
+      workspace = at::empty({static_cast<std::int64_t>(bytes)}, args.y.options().dtype(at::kByte));
+      options.workspace = {workspace.mutable_data_ptr(), bytes};
+    }
+    gather_linear::forward(args.x_view, args.weight_view, args.bias_view, args.y_view, options,
+                           c10::cuda::getCurrentCUDAStream().stream());
+    return args.y;
+  });
+}
+
+}  // namespace
+}  // namespace gather_linear::torch_binding
+
+TORCH_LIBRARY_IMPL(gather_linear, CUDA, m) { m.impl("forward", &gather_linear::torch_binding::forward_cuda); }

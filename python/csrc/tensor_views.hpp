@@ -1,0 +1,44 @@
+// The glue between at::Tensor and the framework-free library: tensors become TensorViews with
+// their sizes and strides as they are (a permuted head-major x goes in without a copy), and the
+// library's errors become the exceptions PyTorch users expect.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <utility>
+
+#include "gather_linear/gather_linear.hpp"
+
+namespace gather_linear::torch_binding {
+
+// The views of one forward call, and the tensors that must outlive it.
+struct ForwardArguments {
+  at::Tensor y;       // the output, (B, K), allocated like x by the PyTorch allocator
+  at::Tensor weight;  // weight itself, or a copy with unit inner stride
+  at::Tensor bias;    // bias made contiguous; undefined when absent
+  TensorView x_view, weight_view, y_view;
+  std::optional<TensorView> bias_view;
+};
+
+// Views x, weight and bias as they are (bias made contiguous, weight given a unit inner stride
+// if it lacks one) and allocates y. Ranks and shapes are not checked here: gather_linear's
+// validation does that with its own messages, and y is then allocated empty.
+ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias);
+
+// gather_linear::Error surfaces in Python as ValueError (invalid_argument), NotImplementedError
+// (unsupported) or RuntimeError (cuda_error), with the library's "<argument>: <message>" text.
+[[noreturn]] void throw_as_torch_error(const Error& error);
+
+// Runs `body`, translating gather_linear::Error as above.
+template <typename Body>
+decltype(auto) translating_errors(Body&& body) {
+  try {
+    return std::forward<Body>(body)();
+  } catch (const Error& error) {
+    throw_as_torch_error(error);
+  }
+}
+
+}  // namespace gather_linear::torch_binding

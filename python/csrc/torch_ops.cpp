@@ -1,0 +1,16 @@
+// The operator's schema, shared by every backend. The CPU and CUDA kernels register in their own
+// files (forward_cpu.cpp, forward_cuda.cpp); the fake (meta) kernel and the autograd formula are
+// Python, in gather_linear/ops.py.
+//
+// This shared library uses libtorch's C++ API only, never Python's C API: it is loaded with
+// torch.ops.load_library, and one build serves every Python version of the same torch.
+#include <torch/library.h>
+
+TORCH_LIBRARY(gather_linear, m) {
+  // Tells torch which module holds the Python fake kernel, so that a process that loaded this
+  // library without importing the package gets an error naming it instead of a missing kernel.
+  m.set_python_module("gather_linear.ops");
+  // y = bias + cat([x[r] for r in range(R)], -1) @ weight.T, with x (R, B, H), weight (K, R*H),
+  // bias (K) or None; y is (B, K) with x's dtype and device.
+  m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor", {at::Tag::pt2_compliant_tag});
+}
