@@ -1,0 +1,51 @@
+"""The seed KernelBench problem ("virtual all-gather, concat, linear"; shared/SEED_TASK.md) and
+its solution, ModelNew, which computes Model's output with the gather_linear operator.
+
+A harness loads this module, may change the constants R, B, H, K first, then constructs Model
+and ModelNew after torch.manual_seed(42) each: ModelNew creates its parameters exactly as Model
+does (one nn.Linear(R*H, K) named `proj`, constants read at construction), so the two hold the
+same weights.
+"""
+
+import torch
+from torch import nn
+
+from gather_linear.ops import forward
+
+R, B, H, K = 4, 12, 32, 56
+
+
+class Model(nn.Module):
+    """The reference, as the seed task states it: materialise the concatenation, then nn.Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(R * H, K, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = [x[i] for i in range(R)]
+        return self.proj(torch.cat(parts, dim=-1))
+
+
+class ModelNew(nn.Module):
+    """Model's computation in one fused kernel; sizes come from the input, not the constants."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(R * H, K, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 3 or x.shape[0] * x.shape[2] != self.proj.in_features:
+            raise ValueError(
+                f"x: expected shape (R, B, H) with R*H == proj.in_features = {self.proj.in_features}, "
+                f"got {tuple(x.shape)}"
+            )
+        return forward(x, self.proj.weight, self.proj.bias)
+
+
+def get_inputs():
+    return [torch.randn(R, B, H)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,47 @@
+"""GatherLinear: the nn.Module form of the operator, a drop-in for nn.Linear(R*H, K) applied to
+cat([x[r] for r in range(R)], -1)."""
+
+import math
+
+import torch
+from torch import nn
+
+from gather_linear.ops import forward
+
+
+class GatherLinear(nn.Module):
+    """y (B, K) = nn.Linear(R*H, K)(cat([x[r] for r in range(R)], -1)) for x (R, B, H), computed
+    without the concatenation.
+
+    The parameters are nn.Linear(R*H, K)'s: the same names (`weight` (K, R*H), `bias` (K)), the
+    same initialisation and therefore the same state_dict, so a checkpoint loads into either.
+    """
+
+    def __init__(self, R: int, H: int, K: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.R, self.H = R, H
+        self.in_features, self.out_features = R * H, K
+        self.weight = nn.Parameter(torch.empty((K, R * H), **factory))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(K, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # nn.Linear's scheme, so that the same seed draws the same parameters: weight from
+        # kaiming_uniform_(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and bias from the
+        # same bound.
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 3 or x.shape[0] != self.R or x.shape[2] != self.H:
+            raise ValueError(f"x: expected shape (R, B, H) = ({self.R}, B, {self.H}), got {tuple(x.shape)}")
+        return forward(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"R={self.R}, H={self.H}, K={self.out_features}, bias={self.bias is not None}"
