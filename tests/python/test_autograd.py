@@ -1,0 +1,77 @@
+"""The autograd formula: gradcheck in float64, and gradients against nn.Linear on the
+concatenation for every dtype and layout, for any subset of inputs that require grad."""
+
+import itertools
+
+import pytest
+import torch
+
+import gather_linear
+from support import DEVICES, Inputs, assert_matches_reference, make_inputs, reference_forward
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def requiring_grad(inputs, which):
+    """A copy of `inputs` whose tensors named in `which` ("x", "weight", "bias") require grad."""
+    def leaf(name, t):
+        return None if t is None else t.detach().clone().requires_grad_(name in which)
+
+    x = inputs.x.detach().clone() if "x" not in which else inputs.x.detach().clone().requires_grad_()
+    return Inputs(x, leaf("weight", inputs.weight), leaf("bias", inputs.bias))
+
+
+def gradients(function, inputs, grad_y):
+    function(*inputs.as_tuple()).backward(grad_y)
+    return {name: getattr(inputs, name).grad for name in ("x", "weight", "bias") if getattr(inputs, name) is not None}
+
+
+@pytest.mark.parametrize("head_major", [False, True], ids=["contiguous", "head_major"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_gradcheck_float64(bias, head_major):
+    inputs = requiring_grad(make_inputs(3, 5, 4, 6, dtype=torch.float64, bias=bias, head_major=head_major),
+                            ("x", "weight", "bias"))
+    assert torch.autograd.gradcheck(gather_linear.forward, inputs.as_tuple())
+    assert torch.autograd.gradgradcheck(gather_linear.forward, inputs.as_tuple())
+
+
+@pytest.mark.parametrize("which", [c for n in (1, 2) for c in itertools.combinations(("x", "weight", "bias"), n)],
+                         ids="+".join)
+def test_gradcheck_subsets_of_inputs(which):
+    inputs = requiring_grad(make_inputs(2, 3, 4, 5, dtype=torch.float64), which)
+    assert torch.autograd.gradcheck(gather_linear.forward, inputs.as_tuple())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_major", [False, True], ids=["contiguous", "head_major"])
+@pytest.mark.parametrize("shape", [(4, 12, 32, 56), (3, 97, 40, 57)], ids=lambda s: "x".join(map(str, s)))
+def test_gradients_match_linear_on_cat(shape, head_major, dtype, device):
+    inputs = make_inputs(*shape, dtype=dtype, device=device, head_major=head_major)
+    grad_y = torch.randn(shape[1], shape[3], generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    everything = ("x", "weight", "bias")
+
+    ours = gradients(gather_linear.forward, requiring_grad(inputs, everything), grad_y.to(device=device, dtype=dtype))
+    torch_grads = gradients(reference_forward, requiring_grad(inputs.to(dtype), everything),
+                            grad_y.to(device=device, dtype=dtype))
+    reference64 = gradients(reference_forward, requiring_grad(inputs.to(torch.float64), everything),
+                            grad_y.to(device=device))
+    for name, grad in ours.items():
+        assert grad.shape == getattr(inputs, name).shape
+        assert_matches_reference(grad, torch_grads[name], reference64[name], dtype, what=f"grad of {name}")
+
+
+def test_only_requested_gradients_are_computed():
+    inputs = requiring_grad(make_inputs(2, 3, 4, 5), ("weight",))
+    gather_linear.forward(*inputs.as_tuple()).sum().backward()
+    assert inputs.x.grad is None and inputs.bias.grad is None
+    assert inputs.weight.grad is not None
+
+
+def test_no_graph_without_requires_grad():
+    inputs = make_inputs(2, 3, 4, 5)
+    y = gather_linear.forward(*inputs.as_tuple())
+    assert y.grad_fn is None and not y.requires_grad
+    with torch.no_grad():
+        y = gather_linear.forward(*requiring_grad(inputs, ("x", "weight")).as_tuple())
+    assert y.grad_fn is None and not y.requires_grad

@@ -1,0 +1,80 @@
+"""Bad inputs raise a Python exception whose message starts with the argument's name and gives
+the expected and the actual value; nothing crashes, on CPU and CUDA."""
+
+import pytest
+import torch
+
+import gather_linear
+from support import DEVICES, make_inputs
+
+
+def seed_inputs(device="cpu"):
+    return make_inputs(4, 12, 32, 56, device=device).as_tuple()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (lambda x, w, b: (x[0], w, b), ValueError, r"^x: expected rank 3 \(R, B, H\), got rank 2"),
+        (lambda x, w, b: (x.unsqueeze(0), w, b), ValueError, r"^x: expected rank 3 \(R, B, H\), got rank 4"),
+        (lambda x, w, b: (x, w[0], b), ValueError, r"^weight: expected rank 2 \(K, R\*H\), got rank 1"),
+        (lambda x, w, b: (x, w, b[None]), ValueError, r"^bias: expected rank 1 \(K\), got rank 2"),
+        (lambda x, w, b: (x, w[:, :100], b), ValueError, r"^weight: expected size\(1\) == R\*H = 4\*32 = 128, got 100"),
+        (lambda x, w, b: (x, w, b[:55]), ValueError, r"^bias: expected size\(0\) == K = 56 \(weight.size\(0\)\), got 55"),
+        (lambda x, w, b: (x, w.double(), b), ValueError, r"^weight: expected dtype float32 \(the dtype of x\), got float64"),
+        (lambda x, w, b: (x, w, b.half()), ValueError, r"^bias: expected dtype float32 \(the dtype of x\), got float16"),
+        (lambda x, w, b: (x.int(), w.int(), b.int()), NotImplementedError, r"^x: unsupported dtype int32"),
+        (lambda x, w, b: (x.to(torch.complex64), w, b), NotImplementedError, r"^x: unsupported dtype ComplexFloat"),
+    ],
+    ids=["x_rank_2", "x_rank_4", "weight_rank_1", "bias_rank_2", "weight_not_RH", "bias_not_K",
+         "weight_dtype", "bias_dtype", "int_inputs", "complex_x"],
+)
+def test_bad_argument_raises_naming_it(change, error, message, device):
+    with pytest.raises(error, match=message):
+        gather_linear.forward(*change(*seed_inputs(device)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "devices, message",
+    [
+        (("cuda", "cpu", "cuda"), r"^weight: expected device cuda:0 \(the device of x\), got cpu"),
+        (("cuda", "cuda", "cpu"), r"^bias: expected device cuda:0 \(the device of x\), got cpu"),
+        (("cpu", "cuda", "cuda"), r"^weight: expected device cpu \(the device of x\), got cuda:0"),
+        (("cpu", "cpu", "cuda"), r"^bias: expected device cpu \(the device of x\), got cuda:0"),
+    ],
+    ids=["weight_on_cpu", "bias_on_cpu", "x_on_cpu", "only_bias_on_cuda"],
+)
+def test_device_mismatch(devices, message):
+    x, w, b = (t.to(device) for t, device in zip(seed_inputs(), devices))
+    with pytest.raises(ValueError, match=message):
+        gather_linear.forward(x, w, b)
+
+
+@pytest.mark.gpu
+def test_float64_on_cuda_is_unsupported():
+    x, w, b = (t.double() for t in seed_inputs("cuda"))
+    with pytest.raises(NotImplementedError, match=r"^x: "):
+        gather_linear.forward(x, w, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_errors_also_under_autograd(device):
+    x, w, b = seed_inputs(device)
+    w.requires_grad_()
+    with pytest.raises(ValueError, match=r"^bias: expected size\(0\) == K = 56"):
+        gather_linear.forward(x, w, b[:55])
+
+
+def test_fake_kernel_reports_the_same_shape_errors():
+    # torch.compile traces with the fake kernel; its shape errors carry the same messages.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x, w, b = (torch.empty(t.shape) for t in seed_inputs())
+        assert gather_linear.forward(x, w, b).shape == (12, 56)
+        with pytest.raises(ValueError, match=r"^weight: expected size\(1\) == R\*H = 4\*32 = 128, got 100"):
+            gather_linear.forward(x, w[:, :100], b)
+        with pytest.raises(ValueError, match=r"^x: expected rank 3"):
+            gather_linear.forward(x[0], w, b)

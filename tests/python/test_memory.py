@@ -1,0 +1,41 @@
+"""A forward allocates its output and nothing else, all through PyTorch's caching allocator:
+torch.cuda.max_memory_allocated rises by exactly the bytes the allocator gives a tensor of y's
+size, and no memory is left allocated but y."""
+
+import pytest
+import torch
+
+import gather_linear
+from support import make_inputs
+
+pytestmark = pytest.mark.gpu
+
+
+def allocator_bytes_for(shape, dtype):
+    """What the caching allocator charges for one tensor of this shape (it rounds sizes up)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    t = torch.empty(shape, dtype=dtype, device="cuda")
+    charged = torch.cuda.memory_allocated() - before
+    del t
+    return charged
+
+
+# float32 shapes that the dispatcher runs with fused kernels, which need no workspace: the
+# KernelBench shapes (latency kernel) and a large one (tensor-core kernel). A shape sent to the
+# unfused fallback would also allocate its concatenation buffer, through the same allocator.
+@pytest.mark.parametrize("shape", [(4, 12, 32, 56), (4, 24, 32, 168), (16, 1024, 64, 1024)], ids=str)
+@pytest.mark.parametrize("head_major", [False, True], ids=["contiguous", "head_major"])
+def test_forward_allocates_only_its_output(shape, head_major):
+    inputs = make_inputs(*shape, device="cuda", head_major=head_major)
+    gather_linear.forward(*inputs.as_tuple())  # first call: library and context setup
+    expected = allocator_bytes_for((shape[1], shape[3]), torch.float32)
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    y = gather_linear.forward(*inputs.as_tuple())
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - before == expected
+    assert torch.cuda.memory_allocated() - before == expected
+    del y
