@@ -1,10 +1,21 @@
-# Thin wrapper over the CMake presets. `make run` and `make test` work on a fresh machine:
-# they install the pinned dependencies first (scripts/install_deps.sh).
+# Thin wrapper over the CMake presets and the Python package. `make run` and `make test` work on a
+# fresh machine: they install the pinned dependencies first (scripts/install_deps.sh, and a
+# virtualenv .venv from python/requirements-test.txt for the PyTorch operator).
 PRESET ?= release
 BUILD_DIR := build/$(PRESET)
 export PATH := $(PATH):/usr/local/cuda/bin
 
-.PHONY: deps configure build run test test-gpu clean
+PYTHON ?= python3
+VENV := .venv
+VENV_PYTHON := $(VENV)/bin/python
+# Stamps make the Python steps idempotent: the requirements install again only when the pinned
+# list changes, the package rebuilds only when a source of it changes (and then incrementally, in
+# build/python).
+REQUIREMENTS_STAMP := $(VENV)/.requirements-installed
+PACKAGE_STAMP := $(VENV)/.package-installed
+PACKAGE_SOURCES := pyproject.toml CMakeLists.txt $(shell find include src python -type f ! -name '*.pyc')
+
+.PHONY: deps configure build python run test test-gpu clean
 
 deps:
 	./scripts/install_deps.sh
@@ -15,16 +26,30 @@ configure: deps
 build: configure
 	cmake --build --preset $(PRESET)
 
+$(REQUIREMENTS_STAMP): python/requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
+	touch $@
+
+$(PACKAGE_STAMP): $(REQUIREMENTS_STAMP) $(PACKAGE_SOURCES)
+	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps .
+	touch $@
+
+# The PyTorch operator, built and installed into .venv.
+python: deps $(PACKAGE_STAMP)
+
 # The CLI on its default problem (the seed problem; on the GPU if one is present).
 run: build
 	./$(BUILD_DIR)/tools/gather-linear
 
-# Every test; GPU tests report as skipped on a machine without a GPU.
-test: build
+# Every test, C++ (CTest) then Python (pytest); GPU tests report as skipped without a GPU.
+test: build python
 	ctest --preset $(PRESET)
+	$(VENV_PYTHON) -m pytest tests/python
 
-test-gpu: build
+test-gpu: build python
 	ctest --preset gpu
+	$(VENV_PYTHON) -m pytest tests/python -m gpu
 
 clean:
-	rm -rf build
+	rm -rf build $(VENV)

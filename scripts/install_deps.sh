@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing gather-linear needs, at pinned versions, on Debian 12
 # (bookworm) with the CUDA 13 toolkit already present. Safe to run again: it only installs
-# what is missing or at another version.
+# what is missing or at another version. (The Python packages that the PyTorch operator's tests
+# need are pinned in python/requirements-test.txt; the Makefile installs them into .venv.)
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -32,5 +33,11 @@ if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
 fi
 command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]] || {
   echo "install_deps: the CUDA 13 toolkit (nvcc) is required and cannot be installed from Debian's packages" >&2
+  exit 1
+}
+
+# `make test` builds the PyTorch operator's test virtualenv (.venv) with the python3 on PATH.
+python3 -c "import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 10))" 2>/dev/null || {
+  echo "install_deps: python3 >= 3.10 with the venv and ensurepip modules is required (Debian: python3-venv)" >&2
   exit 1
 }
