@@ -175,6 +175,9 @@ void latency_sweep(cudaStream_t stream) {
     row(s, "latency_1x1_s32", in, latency_variant<1, 1, 32>(), unfused, stream);
     row(s, "latency_2x2_s32", in, latency_variant<2, 2, 32>(), unfused, stream);
     row(s, "latency_2x2_s32_oneset", in, latency_variant<2, 2, 32>(), unfused, stream, true, 1);
+    row(s, "latency_2x2_s32_no_pdl", in,
+        [](const Problem& p, cudaStream_t st) { cuda::latency::launch<float, 4, 2, 2, 32, 1>(p, st, false); }, unfused,
+        stream);
     row(s, "latency_2x2_s32_1warp", in, latency_variant<2, 2, 32, 1, 1>(), unfused, stream);
     row(s, "latency_2x2_s32_2warps", in, latency_variant<2, 2, 32, 1, 2>(), unfused, stream);
     row(s, "latency_2x2_s32_8warps", in, latency_variant<2, 2, 32, 1, 8>(), unfused, stream);

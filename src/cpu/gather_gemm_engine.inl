@@ -53,19 +53,18 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
     }
 }
 
-// One NR-wide panel of weight rows starting at output k_first, all RH columns, zero-padded past K.
+// One NR-wide panel of weight rows starting at output k_first, all RH columns, zero-padded past
+// K. Walking c in the outer loop keeps the stores contiguous; the NR rows being read stay in L1.
 template <class In, class Acc>
 void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict out) {
   constexpr int NR = Tiling<Acc>::NR;
-  const In* weight = static_cast<const In*>(p.weight);
-  for (int j = 0; j < NR; ++j) {
-    const std::int64_t k = k_first + j;
-    if (k >= p.K) {
-      for (std::int64_t c = 0; c < p.RH; ++c) out[c * NR + j] = Acc(0);
-      continue;
-    }
-    const In* row = weight + k * p.weight_stride_k;
-    for (std::int64_t c = 0; c < p.RH; ++c) out[c * NR + j] = load_as<Acc>(row[c]);
+  const In* rows[NR];
+  const int valid = static_cast<int>(std::min<std::int64_t>(NR, p.K - k_first));
+  for (int j = 0; j < valid; ++j) rows[j] = static_cast<const In*>(p.weight) + (k_first + j) * p.weight_stride_k;
+  for (std::int64_t c = 0; c < p.RH; ++c) {
+    Acc* dst = out + c * NR;
+    for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(rows[j][c]);
+    for (int j = valid; j < NR; ++j) dst[j] = Acc(0);
   }
 }
 

@@ -4,5 +4,7 @@ namespace gather_linear::cuda {
 
 // Streaming multiprocessors of a device, queried once.
 int multiprocessor_count(int device);
+// Compute capability major version of a device, queried once.
+int compute_capability_major(int device);
 
 }  // namespace gather_linear::cuda

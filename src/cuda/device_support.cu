@@ -37,16 +37,26 @@ constexpr int kMaxDevices = 64;
 
 }  // namespace
 
-int multiprocessor_count(int device) {
+namespace {
+
+// A device attribute, queried once per device (attributes never change while a process runs).
+template <cudaDeviceAttr kAttribute>
+int cached_attribute(int device) {
   static std::array<std::atomic<int>, kMaxDevices> cached{};
-  std::atomic<int>& count = cached[static_cast<std::size_t>(device) % kMaxDevices];
-  int value = count.load(std::memory_order_relaxed);
+  std::atomic<int>& slot = cached[static_cast<std::size_t>(device) % kMaxDevices];
+  int value = slot.load(std::memory_order_relaxed);
   if (value == 0) {
-    check(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    count.store(value, std::memory_order_relaxed);
+    check(cudaDeviceGetAttribute(&value, kAttribute, device), "cudaDeviceGetAttribute");
+    slot.store(value, std::memory_order_relaxed);
   }
   return value;
 }
+
+}  // namespace
+
+int multiprocessor_count(int device) { return cached_attribute<cudaDevAttrMultiProcessorCount>(device); }
+
+int compute_capability_major(int device) { return cached_attribute<cudaDevAttrComputeCapabilityMajor>(device); }
 
 int device_count() {
   static const int count = [] {

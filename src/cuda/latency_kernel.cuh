@@ -12,6 +12,7 @@
 #pragma once
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_info.hpp"
 #include "cuda/device_types.cuh"
 #include "gather_linear/gather_linear.hpp"
 
@@ -49,6 +50,19 @@ struct LatencyArgs {
 
 constexpr int kWarpsPerBlock = 4;
 
+// Programmatic dependent launch (Hopper): when this kernel is launched with programmatic
+// stream serialization, its blocks may start while the previous kernel in the stream is still
+// finishing; everything before this call (index arithmetic) then overlaps that kernel's tail.
+// The wait returns once the previous grid has completed and its writes are visible, so every
+// read of x, W and bias and every write of y comes after it. Letting our own dependents launch
+// right away is safe for the same reason: they wait for our completion before touching memory.
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 template <class T, int VEC, int TB, int TK, int SPLIT, int UNROLL, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a) {
   static_assert(TB * TK <= SPLIT && 32 % SPLIT == 0, "one lane of the group writes each output of its tile");
@@ -61,6 +75,7 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
   const T* x = static_cast<const T*>(a.x);
   const T* w = static_cast<const T*>(a.weight);
   const T* bias = static_cast<const T*>(a.bias);
+  wait_for_prerequisite_grid();
 
   // Lane i*TK + j writes output (b0 + i, k0 + j); its bias load is issued with the others
   // instead of after the reduction, which would add a second round trip to memory.
@@ -123,9 +138,10 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
 }
 
 // Enqueues the kernel: TB x TK output tiles per group of SPLIT lanes, VEC-element loads,
-// UNROLL reduction steps per memory wait, WARPS warps per block.
+// UNROLL reduction steps per memory wait, WARPS warps per block; as a programmatic dependent
+// launch where the device supports it (compute capability 9.0 and later).
 template <class T, int VEC, int TB, int TK, int SPLIT, int UNROLL, int WARPS = kWarpsPerBlock>
-void launch(const Problem& p, CudaStream stream) {
+void launch(const Problem& p, CudaStream stream, bool programmatic = true) {
   const auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
   const std::int64_t k_tiles = (p.K + TK - 1) / TK, tiles = (p.B + TB - 1) / TB * k_tiles;
   const LatencyArgs args{p.x,        p.weight,       p.bias,          p.y,
@@ -133,8 +149,18 @@ void launch(const Problem& p, CudaStream stream) {
                          FastDivider(u32(p.H)), FastDivider(u32(k_tiles)), p.x_stride_r, p.x_stride_b,
                          p.x_stride_h, p.weight_stride_k, p.y_stride_b};
   const std::int64_t blocks = (tiles * SPLIT + WARPS * 32 - 1) / (WARPS * 32);
-  latency_kernel<T, VEC, TB, TK, SPLIT, UNROLL, WARPS><<<static_cast<unsigned>(blocks), WARPS * 32, 0, stream>>>(args);
-  check_launch("latency_kernel");
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(WARPS * 32);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic && compute_capability_major(p.device.index) >= 9) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  check(cudaLaunchKernelEx(&config, latency_kernel<T, VEC, TB, TK, SPLIT, UNROLL, WARPS>, args), "latency_kernel");
 }
 
 }  // namespace gather_linear::cuda::latency
