@@ -65,14 +65,18 @@ void expect_accurate(const Case& c, double err, const std::string& what) {
 
 class CpuForwardSweep : public ::testing::TestWithParam<Case> {};
 
-TEST_P(CpuForwardSweep, GatherGemmAtEverySimdLevel) {
+TEST_P(CpuForwardSweep, GatherGemmAtEverySimdLevelAndPath) {
   const Case c = GetParam();
   for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable}) {
     if (!cpu::simd_level_supported(level)) continue;
-    const double err = error_of(c, [&](Operands& o) {
-      cpu::run_gather_gemm(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), level);
-    });
-    expect_accurate(c, err, "cpu_gather_gemm level " + std::to_string(static_cast<int>(level)));
+    for (auto path : {cpu::GemmPath::packed, cpu::GemmPath::direct}) {
+      const double err = error_of(c, [&](Operands& o) {
+        cpu::run_gather_gemm(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), level, path);
+      });
+      expect_accurate(c, err,
+                      "cpu_gather_gemm level " + std::to_string(static_cast<int>(level)) + " path " +
+                          (path == cpu::GemmPath::packed ? "packed" : "direct"));
+    }
   }
 }
 

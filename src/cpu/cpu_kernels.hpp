@@ -12,11 +12,14 @@ namespace gather_linear::cpu {
 
 // Instruction sets the gather-GEMM engine is compiled for; `best` picks at run time.
 enum class SimdLevel { best, avx512, avx2, portable };
+// How the engine computes: `packed` is the cache-blocked GEMM, `direct` dots each gathered row
+// with each weight row (for problems too small to repay packing); `automatic` picks by size.
+enum class GemmPath { automatic, packed, direct };
 
 // Fused: the gathered rows are packed straight from x into a SIMD GEMM. float16/bfloat16
 // accumulate in float32, float64 in float64. Throws gather_linear::Error if `level` is not
 // supported by this processor.
-void run_gather_gemm(const Problem& p, SimdLevel level = SimdLevel::best);
+void run_gather_gemm(const Problem& p, SimdLevel level = SimdLevel::best, GemmPath path = GemmPath::automatic);
 bool simd_level_supported(SimdLevel level);
 
 // Exact reference: y_ref[b*K + k] in double precision, single-threaded, from the definition.

@@ -35,6 +35,7 @@ struct Engine {
   void (*pack_weight_panel)(const Problem& p, std::int64_t k_first, void* out);
   void (*compute_tile)(const Problem& p, const void* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
                        std::int64_t k0, int nc, void* a_buf, void* c_buf);
+  void (*direct_rows)(const Problem& p, void* row_buf);
 };
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -101,16 +102,22 @@ class Scratch {
 
 thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
 
-// Below this much work the OpenMP fork/join costs more than it saves.
+// Below this much work the OpenMP fork/join costs more than it saves, and packing the weight
+// costs more than it saves too: such problems take the direct, single-threaded path.
 constexpr double kParallelFlops = 4e6;
+constexpr double kDirectFlops = 4e6;
 // A packed weight block this large keeps one KC-slice of it in L2/L3 while row blocks stream.
 constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 template <class In>
-void run_engine(const Problem& p, const Engine& e) {
+void run_engine(const Problem& p, const Engine& e, GemmPath path) {
   using Acc = AccumulatorOf<In>;
+  if (path == GemmPath::direct || (path == GemmPath::automatic && p.flops() <= kDirectFlops)) {
+    e.direct_rows(p, a_scratch.bytes(static_cast<std::size_t>(std::max<std::int64_t>(p.RH, 1)) * sizeof(Acc)));
+    return;
+  }
   const auto [MR, NR, MC, KC] = e.tiling;
   const int threads = omp_get_max_threads();
   const bool parallel = threads > 1 && p.flops() > kParallelFlops;
@@ -162,7 +169,7 @@ bool simd_level_supported(SimdLevel level) {
   }
 }
 
-void run_gather_gemm(const Problem& p, SimdLevel level) {
+void run_gather_gemm(const Problem& p, SimdLevel level, GemmPath path) {
   if (level == SimdLevel::best) {
     static const SimdLevel best = simd_level_supported(SimdLevel::avx512) ? SimdLevel::avx512
                                   : simd_level_supported(SimdLevel::avx2) ? SimdLevel::avx2
@@ -171,7 +178,7 @@ void run_gather_gemm(const Problem& p, SimdLevel level) {
   }
   if (!simd_level_supported(level))
     throw Error(ErrorCode::unsupported, "level", "this processor does not support the requested SIMD level");
-  visit_floating_dtype(p.dtype, [&]<class In>() { run_engine<In>(p, engine_for<In>(level)); });
+  visit_floating_dtype(p.dtype, [&]<class In>() { run_engine<In>(p, engine_for<In>(level), path); });
 }
 
 }  // namespace gather_linear::cpu

@@ -68,6 +68,14 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
   }
 }
 
+// Row b of A, all RH columns, contiguous (for the direct path).
+template <class In, class Acc>
+void pack_gathered_rows_to_line(const Problem& p, std::int64_t b, Acc* __restrict out) {
+  const In* x = static_cast<const In*>(p.x) + b * p.x_stride_b;
+  for (std::int64_t r = 0; r < p.R; ++r)
+    for (std::int64_t h = 0; h < p.H; ++h) out[r * p.H + h] = load_as<Acc>(x[r * p.x_stride_r + h * p.x_stride_h]);
+}
+
 // Gathers rows [b0, b0 + mc) x columns [c0, c0 + kc) of A straight from x into MR-tall panels.
 template <class In, class Acc>
 void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t c0, int kc, Acc* __restrict out) {
@@ -124,6 +132,52 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   }
 }
 
+// For problems too small to repay packing the weight: each gathered row of A is dotted with
+// each weight row directly, in SIMD partial sums. row_buf holds RH accumulators.
+template <class In, class Acc>
+void direct_rows(const Problem& p, Acc* __restrict row_buf) {
+  constexpr int L = Tiling<Acc>::kLanes;
+  typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
+  const auto load = [](const In* src) {
+    Vec v;
+    if constexpr (std::is_same_v<In, Acc>) {
+      std::memcpy(&v, src, sizeof(Vec));
+    } else {
+      for (int i = 0; i < L; ++i) v[i] = load_as<Acc>(src[i]);
+    }
+    return v;
+  };
+  // Horizontal sum as a tree: a left-to-right sum of the lanes is a chain of L dependent adds
+  // per output, which would dominate at these sizes.
+  const auto lane_sum = [](Vec v) {
+    Acc t[L];
+    std::memcpy(t, &v, sizeof(Vec));
+#pragma GCC unroll 8
+    for (int width = L / 2; width >= 1; width /= 2)
+      for (int i = 0; i < width; ++i) t[i] += t[i + width];
+    return t[0];
+  };
+  const In* bias = static_cast<const In*>(p.bias);
+  In* y = static_cast<In*>(p.y);
+  for (std::int64_t b = 0; b < p.B; ++b) {
+    pack_gathered_rows_to_line<In, Acc>(p, b, row_buf);
+    for (std::int64_t k = 0; k < p.K; ++k) {
+      const In* w = static_cast<const In*>(p.weight) + k * p.weight_stride_k;
+      Vec partial[4] = {};
+      std::int64_t c = 0;
+      for (; c + 4 * L <= p.RH; c += 4 * L)
+        for (int u = 0; u < 4; ++u) {
+          Vec a;
+          std::memcpy(&a, row_buf + c + u * L, sizeof(Vec));
+          partial[u] += a * load(w + c + u * L);
+        }
+      Acc sum = lane_sum((partial[0] + partial[1]) + (partial[2] + partial[3]));
+      for (; c < p.RH; ++c) sum += row_buf[c] * load_as<Acc>(w[c]);
+      y[b * p.y_stride_b + k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k]) : Acc(0)));
+    }
+  }
+}
+
 // The non-template entry points the driver calls (instantiating the templates in this region).
 template <class In>
 void pack_weight_panel_for(const Problem& p, std::int64_t k_first, void* out) {
@@ -138,7 +192,12 @@ void compute_tile_for(const Problem& p, const void* packed_weight, std::int64_t 
 }
 
 template <class In>
+void direct_rows_for(const Problem& p, void* row_buf) {
+  direct_rows<In, AccumulatorOf<In>>(p, static_cast<AccumulatorOf<In>*>(row_buf));
+}
+
+template <class In>
 Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
-  return {{T::MR, T::NR, T::MC, T::KC}, &pack_weight_panel_for<In>, &compute_tile_for<In>};
+  return {{T::MR, T::NR, T::MC, T::KC}, &pack_weight_panel_for<In>, &compute_tile_for<In>, &direct_rows_for<In>};
 }
