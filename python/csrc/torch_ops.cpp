@@ -1,6 +1,6 @@
-// The operator's schema, shared by every backend. The CPU and CUDA kernels register in their own
-// files (forward_cpu.cpp, forward_cuda.cpp); the fake (meta) kernel and the autograd formula are
-// Python, in gather_linear/ops.py.
+// The operator's schema, shared by every backend. The CPU and CUDA kernels and the autograd
+// kernel register in their own files (forward_cpu.cpp, forward_cuda.cpp, autograd.cpp); the fake
+// (meta) kernel is Python, in gather_linear/ops.py.
 //
 // This shared library uses libtorch's C++ API only, never Python's C API: it is loaded with
 // torch.ops.load_library, and one build serves every Python version of the same torch.
