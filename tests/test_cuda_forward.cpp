@@ -185,6 +185,50 @@ TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
   CUDA_ASSERT(cudaStreamDestroy(stream));
 }
 
+// A caller's allocator (a framework's caching allocator) supplies the unfused fallback's scratch:
+// called once with what workspace_bytes() reports; a null return is an error, not a crash.
+TEST_F(CudaTest, WorkspaceAllocatorSuppliesScratch) {
+  const Case c{{8, 300, 64, 200}, DType::float32, Layout::head_major, true};
+  Operands o = make_operands(c, 21);
+  DeviceOperands d(o);
+  struct Recorder {
+    DeviceBuffer buffer;
+    std::vector<std::size_t> requests;
+    static void* allocate(std::size_t bytes, void* context) {
+      auto* self = static_cast<Recorder*>(context);
+      self->requests.push_back(bytes);
+      self->buffer = DeviceBuffer(bytes);
+      return self->buffer.data();
+    }
+    static void* refuse(std::size_t, void*) { return nullptr; }
+  } recorder;
+  Options options = options_for(kBaseline);
+  const std::size_t expected = workspace_bytes(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options);
+  ASSERT_GT(expected, 0u);
+  options.workspace_allocator = {&Recorder::allocate, &recorder};
+  d.forward(options);
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  ASSERT_EQ(recorder.requests, std::vector<std::size_t>{expected});
+  d.y.download(o.y);
+  const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+  EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), c.shape.B, c.shape.K), 1e-5);
+
+  options.workspace_allocator = {&Recorder::refuse, nullptr};
+  try {
+    d.forward(options);
+    ADD_FAILURE() << "a null workspace was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "options.workspace_allocator") << e.what();
+  }
+  // Fused kernels need no scratch: the allocator is never asked.
+  recorder.requests.clear();
+  Options fused = options_for(kMma);
+  fused.workspace_allocator = {&Recorder::allocate, &recorder};
+  d.forward(fused);
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  EXPECT_TRUE(recorder.requests.empty());
+}
+
 TEST_F(CudaTest, DeterministicBits) {
   for (const char* kernel : kFusedKernels) {
     const Case c{{8, 700, 64, 300}, DType::float32, Layout::contiguous, true};

@@ -18,6 +18,16 @@ struct Workspace {
   std::size_t bytes = 0;
 };
 
+// Alternatively the caller hands over its allocator: called only when the chosen kernel needs
+// scratch and Options::workspace is empty, it returns at least `bytes` bytes on the tensors'
+// device that stay valid for the work this call enqueues on its stream (a caching allocator's
+// stream semantics). This lets a framework binding supply scratch without asking
+// workspace_bytes() first, which would validate the arguments a second time.
+struct WorkspaceAllocator {
+  void* (*allocate)(std::size_t bytes, void* context) = nullptr;
+  void* context = nullptr;
+};
+
 struct Options {
   Fp32Precision fp32_precision = Fp32Precision::ieee;
   // When true only kernels whose summation order is fixed are chosen: the same inputs give
@@ -27,6 +37,7 @@ struct Options {
   // (an error if it cannot run the problem).
   std::string_view kernel = "auto";
   Workspace workspace{};
+  WorkspaceAllocator workspace_allocator{};
 };
 
 }  // namespace gather_linear

@@ -2,8 +2,10 @@
 // same way, so the op composes with streams, the caching allocator and CUDA graphs:
 // - x's device is made current (CUDAGuard) and the library launches on PyTorch's current stream;
 // - y, and the workspace if the chosen kernel needs one, come from at::empty (the caching
-//   allocator): nothing is allocated outside PyTorch, so a forward can be captured in a graph;
-// - float32 uses TF32 exactly when nn.Linear's cuBLAS matmul would.
+//   allocator, through Options::workspace_allocator, so the arguments are validated once);
+// - float32 uses TF32 exactly when nn.Linear's cuBLAS matmul would;
+// - the unfused fallback's cuBLASLt handle and its own workspace are created by the library on
+//   first use on a device: warm up with one forward before capturing a graph (as for any op).
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -14,6 +16,20 @@
 
 namespace gather_linear::torch_binding {
 namespace {
+
+// Scratch for the kernels that need it (the unfused fallback), from the caching allocator. The
+// tensor is released when the forward returns, which is safe: the caching allocator reuses a
+// block only for work ordered after this launch on the same stream.
+struct ScratchTensor {
+  at::TensorOptions options;
+  at::Tensor tensor;
+
+  static void* allocate(std::size_t bytes, void* context) {
+    auto* self = static_cast<ScratchTensor*>(context);
+    self->tensor = at::empty({static_cast<std::int64_t>(bytes)}, self->options);
+    return self->tensor.mutable_data_ptr();
+  }
+};
 
 at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   // A CPU x reaches this kernel only beside a CUDA weight or bias; validation then reports the
@@ -28,14 +44,8 @@ at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& weight, const std
     // (Context::allowTF32CuBLAS() would throw where the legacy and the new API were mixed.)
     const auto precision = at::globalContext().float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL);
     if (precision == at::Float32Precision::TF32) options.fp32_precision = Fp32Precision::tf32;
-    // Released on return, which is safe: the caching allocator reuses a block only for work
-    // ordered after this launch on the same stream.
-    at::Tensor workspace;
-    const std::size_t bytes = workspace_bytes(args.x_view, args.weight_view, args.bias_view, args.y_view, options);
-    if (bytes > 0) {
-      workspace = at::empty({static_cast<std::int64_t>(bytes)}, args.y.options().dtype(at::kByte));
-      options.workspace = {workspace.mutable_data_ptr(), bytes};
-    }
+    ScratchTensor scratch{args.y.options().dtype(at::kByte), {}};
+    options.workspace_allocator = {&ScratchTensor::allocate, &scratch};
     gather_linear::forward(args.x_view, args.weight_view, args.bias_view, args.y_view, options,
                            c10::cuda::getCurrentCUDAStream().stream());
     return args.y;

@@ -76,6 +76,11 @@ void forward(const TensorView& x, const TensorView& weight, const std::optional<
                     "expected at least " + std::to_string(need) + " bytes for kernel '" +
                         std::string(r.kernel->info.name) + "', got " + std::to_string(options.workspace.bytes));
       workspace = options.workspace;
+    } else if (options.workspace_allocator.allocate != nullptr) {
+      workspace = {options.workspace_allocator.allocate(need, options.workspace_allocator.context), need};
+      if (workspace.data == nullptr)
+        throw Error(ErrorCode::invalid_argument, "options.workspace_allocator",
+                    "returned null for " + std::to_string(need) + " bytes");
     } else {
       workspace = cuda::cached_workspace(r.problem.device.index, need);
     }

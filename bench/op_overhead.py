@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""What the PyTorch operator adds over the C++ library, on large problems (GPU).
+
+For each shape the op runs back to back over rotating input sets (more than twice the L2 in
+total), timed by a CUDA-event pair around the whole run; its per-forward time is compared with
+the library's own fused time from the CLI (`gather-linear --format json`, median over CUDA-graph
+replays), run on the same shape in the same session.
+
+    python3 bench/op_overhead.py --cli build/gpu/tools/gather-linear [out.csv]
+"""
+
+import argparse
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import torch
+
+import gather_linear
+
+SHAPES = [  # R, B, H, K, dtype
+    (8, 1024, 128, 1024, torch.float32),
+    (32, 2048, 64, 1024, torch.float32),
+    (8, 8192, 512, 4096, torch.float32),
+    (32, 8192, 128, 4096, torch.float32),
+]
+CLI_DTYPE = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def op_time_us(R, B, H, K, dtype, calls=50):
+    set_bytes = (R * B * H + K * R * H + K) * torch.finfo(dtype).bits // 8
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    sets = max(1, min(64, 2 * l2 // set_bytes + 1))
+    inputs = [
+        (torch.rand(R, B, H, device="cuda", dtype=dtype) - 0.5,
+         torch.rand(K, R * H, device="cuda", dtype=dtype) - 0.5,
+         torch.rand(K, device="cuda", dtype=dtype) - 0.5)
+        for _ in range(sets)
+    ]
+    with torch.no_grad():
+        for x, w, b in inputs:
+            gather_linear.forward(x, w, b)
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(5):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for i in range(calls):
+                x, w, b = inputs[i % sets]
+                gather_linear.forward(x, w, b)
+            stop.record()
+            stop.synchronize()
+            samples.append(start.elapsed_time(stop) * 1000 / calls)
+    return sorted(samples)[len(samples) // 2]
+
+
+def library_time_us(cli, R, B, H, K, dtype):
+    out = subprocess.run([cli, "--shape", f"{R},{B},{H},{K}", "--dtype", CLI_DTYPE[dtype], "--format", "json"],
+                         check=True, capture_output=True, text=True).stdout
+    report = json.loads(out)
+    return report["fused_us"], report["kernel"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cli", required=True, help="path of the gather-linear CLI")
+    parser.add_argument("csv", nargs="?", default="bench/results/op_overhead.csv")
+    args = parser.parse_args()
+    rows = []
+    print(f"{'R':>4} {'B':>6} {'H':>4} {'K':>5} {'dtype':>9} {'kernel':>22} {'library us':>11} {'op us':>10} {'op/lib':>7}")
+    for R, B, H, K, dtype in SHAPES:
+        lib_us, kernel = library_time_us(args.cli, R, B, H, K, dtype)
+        op_us = op_time_us(R, B, H, K, dtype)
+        ratio = op_us / lib_us
+        rows.append(dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), kernel=kernel,
+                         library_us=f"{lib_us:.3f}", op_us=f"{op_us:.3f}", op_over_library=f"{ratio:.4f}",
+                         device=torch.cuda.get_device_name(0), torch=torch.__version__))
+        print(f"{R:>4} {B:>6} {H:>4} {K:>5} {rows[-1]['dtype']:>9} {kernel:>22} {lib_us:>11.2f} {op_us:>10.2f} {ratio:>7.4f}")
+    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.csv, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {args.csv}")
+
+
+if __name__ == "__main__":
+    main()
