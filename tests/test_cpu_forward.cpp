@@ -1,7 +1,6 @@
 // CPU kernels against the exact reference over a sweep of shapes, dtypes and layouts.
 #include <gtest/gtest.h>
 
-#include <sstream>
 
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
@@ -22,15 +21,6 @@ const Shape kShapes[] = {
 };
 const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16};
 const Layout kLayouts[] = {Layout::contiguous, Layout::head_major, Layout::strided, Layout::broadcast_rows};
-
-std::vector<Case> sweep() {
-  std::vector<Case> cases;
-  for (const Shape& s : kShapes)
-    for (DType d : kDtypes)
-      for (Layout l : kLayouts)
-        for (bool bias : {true, false}) cases.push_back({s, d, l, bias});
-  return cases;
-}
 
 // Runs `run` on fresh poisoned operands and returns its relative error against the reference.
 template <class Run>
@@ -92,15 +82,8 @@ TEST_P(CpuForwardSweep, DispatchedAndForcedKernels) {
   }
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
-  std::ostringstream os;
-  os << "R" << c.shape.R << "_B" << c.shape.B << "_H" << c.shape.H << "_K" << c.shape.K << "_"
-     << dtype_name(c.dtype) << "_" << layout_name(c.layout) << (c.bias ? "_bias" : "_nobias");
-  return os.str();
-}
-
-INSTANTIATE_TEST_SUITE_P(Sweep, CpuForwardSweep, ::testing::ValuesIn(sweep()), case_name);
+INSTANTIATE_TEST_SUITE_P(Sweep, CpuForwardSweep, ::testing::ValuesIn(all_cases(kShapes, kDtypes, kLayouts)),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // Large enough for several packed weight blocks (> 4 MB), many row blocks and all threads.
 TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {

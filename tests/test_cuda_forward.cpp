@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <sstream>
 
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
@@ -78,15 +77,6 @@ const Shape kShapes[] = {
 const DType kDtypes[] = {DType::float32, DType::float16, DType::bfloat16};
 const Layout kLayouts[] = {Layout::contiguous, Layout::head_major, Layout::strided, Layout::broadcast_rows};
 
-std::vector<Case> sweep() {
-  std::vector<Case> cases;
-  for (const Shape& s : kShapes)
-    for (DType d : kDtypes)
-      for (Layout l : kLayouts)
-        for (bool bias : {true, false}) cases.push_back({s, d, l, bias});
-  return cases;
-}
-
 class CudaForwardSweep : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -114,15 +104,8 @@ TEST_P(CudaForwardSweep, EveryKernel) {
   EXPECT_LE(cuda_error_of(c, options_for(kBaseline)), is_low_precision(c.dtype) ? 1e-2 : 1e-5) << c << " baseline";
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
-  std::ostringstream os;
-  os << "R" << c.shape.R << "_B" << c.shape.B << "_H" << c.shape.H << "_K" << c.shape.K << "_"
-     << dtype_name(c.dtype) << "_" << layout_name(c.layout) << (c.bias ? "_bias" : "_nobias");
-  return os.str();
-}
-
-INSTANTIATE_TEST_SUITE_P(Sweep, CudaForwardSweep, ::testing::ValuesIn(sweep()), case_name);
+INSTANTIATE_TEST_SUITE_P(Sweep, CudaForwardSweep, ::testing::ValuesIn(all_cases(kShapes, kDtypes, kLayouts)),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // Grids of many waves and each SIMT tile configuration (64x64, 128x64, 128x128).
 TEST_F(CudaTest, LargeGrids) {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -120,6 +121,25 @@ inline std::ostream& operator<<(std::ostream& os, const Case& c) {
   return os << "R=" << c.shape.R << " B=" << c.shape.B << " H=" << c.shape.H << " K=" << c.shape.K
             << " dtype=" << dtype_name(c.dtype) << " layout=" << layout_name(c.layout)
             << " bias=" << (c.bias ? "yes" : "no");
+}
+
+// Every combination of the given shapes, dtypes and layouts, with and without bias.
+template <class Shapes, class Dtypes, class Layouts>
+std::vector<Case> all_cases(const Shapes& shapes, const Dtypes& dtypes, const Layouts& layouts) {
+  std::vector<Case> cases;
+  for (const Shape& s : shapes)
+    for (DType d : dtypes)
+      for (Layout l : layouts)
+        for (bool bias : {true, false}) cases.push_back({s, d, l, bias});
+  return cases;
+}
+
+// A GoogleTest-safe name for a case: R4_B12_H32_K56_float32_contiguous_bias.
+inline std::string case_name(const Case& c) {
+  std::ostringstream os;
+  os << "R" << c.shape.R << "_B" << c.shape.B << "_H" << c.shape.H << "_K" << c.shape.K << "_"
+     << dtype_name(c.dtype) << "_" << layout_name(c.layout) << (c.bias ? "_bias" : "_nobias");
+  return os.str();
 }
 
 // Inputs filled with seeded uniform values, y poisoned with NaN (gaps included).

@@ -1,5 +1,5 @@
-// The latency kernel's production configuration: 2 x 2 outputs per warp (see latency_kernel.cuh;
-// bench/latency_tiles.cu measures the alternatives).
+// The latency kernel's production configurations (see latency_kernel.cuh): 2x2 or 4x4 outputs
+// per 32-lane group by problem size; bench/kernel_variants.cu measures the alternatives.
 #include "cuda/latency_kernel.cuh"
 #include "cuda/latency_kernel.hpp"
 
