@@ -41,3 +41,6 @@ python3 -c "import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 10))" 2
   echo "install_deps: python3 >= 3.10 with the venv and ensurepip modules is required (Debian: python3-venv)" >&2
   exit 1
 }
+
+# CUTLASS headers for the Hopper tensor-core kernels (pinned wheel from PyPI, into .deps/).
+"$(dirname "$0")/fetch_cutlass.sh"
