@@ -10,9 +10,9 @@ namespace gather_linear {
 // `tf32` ("high") lets float32 inputs run on tensor cores with 10-bit mantissas.
 enum class Fp32Precision { ieee, tf32 };
 
-// Device scratch owned by the caller (e.g. from a framework's caching allocator). Only the
-// unfused baseline needs one (its concatenation buffer); when absent the library uses a
-// per-device cache that grows once and is reused.
+// Device scratch owned by the caller (e.g. from a framework's caching allocator), for the kernels
+// that need one (the unfused baseline's concatenation buffer; workspace_bytes() says how much);
+// when absent the library uses a per-device cache that grows once and is reused.
 struct Workspace {
   void* data = nullptr;
   std::size_t bytes = 0;
@@ -38,6 +38,10 @@ struct Options {
   std::string_view kernel = "auto";
   Workspace workspace{};
   WorkspaceAllocator workspace_allocator{};
+  // CUDA tensors' pointers are checked with the CUDA runtime (device memory, on the views'
+  // device) before anything runs. A framework whose tensors already guarantee that (PyTorch's
+  // do) may set this to skip the four queries, a measurable part of a small forward's host time.
+  bool device_pointers_verified = false;
 };
 
 }  // namespace gather_linear

@@ -4,6 +4,7 @@
 // - y, and the workspace if the chosen kernel needs one, come from at::empty (the caching
 //   allocator, through Options::workspace_allocator, so the arguments are validated once);
 // - float32 uses TF32 exactly when nn.Linear's cuBLAS matmul would;
+// - the library skips its CUDA pointer queries (Options::device_pointers_verified);
 // - the unfused fallback's cuBLASLt handle and its own workspace are created by the library on
 //   first use on a device: warm up with one forward before capturing a graph (as for any op).
 #include <ATen/Context.h>
@@ -46,6 +47,9 @@ at::Tensor forward_cuda(const at::Tensor& x, const at::Tensor& weight, const std
     if (precision == at::Float32Precision::TF32) options.fp32_precision = Fp32Precision::tf32;
     ScratchTensor scratch{args.y.options().dtype(at::kByte), {}};
     options.workspace_allocator = {&ScratchTensor::allocate, &scratch};
+    // A CUDA at::Tensor's memory is on its device: the runtime's pointer queries would only
+    // repeat what prepare_forward() already checked through the tensors' devices.
+    options.device_pointers_verified = true;
     gather_linear::forward(args.x_view, args.weight_view, args.bias_view, args.y_view, options,
                            c10::cuda::getCurrentCUDAStream().stream());
     return args.y;

@@ -32,7 +32,12 @@ struct Resolved {
 Resolved resolve(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
                  const TensorView& y, const Options& options) {
   Problem p = validate_forward_args(x, weight, bias, y);
-  if (p.device.type == DeviceType::cuda) cuda::check_device_arguments(p);
+  if (p.device.type == DeviceType::cuda) {
+    if (options.device_pointers_verified)
+      cuda::check_device(p);
+    else
+      cuda::check_device_arguments(p);
+  }
   if (options.kernel.empty() || options.kernel == "auto") {
     const KernelEntry& chosen =
         p.device.type == DeviceType::cpu ? cpu::choose_kernel(p, options) : cuda::choose_kernel(p, options);

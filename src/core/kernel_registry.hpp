@@ -32,7 +32,9 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options);
 namespace cuda {
 std::span<const KernelEntry> kernels();  // empty in a build without CUDA
 const KernelEntry& choose_kernel(const Problem& p, const Options& options);
-// Checks that device and pointers are usable from CUDA; throws gather_linear::Error otherwise.
+// Checks that the problem's device exists; throws gather_linear::Error otherwise.
+void check_device(const Problem& p);
+// check_device(), and that every pointer is device memory on that device.
 void check_device_arguments(const Problem& p);
 // Device scratch owned by the library, grown on demand, one per device.
 Workspace cached_workspace(int device, std::size_t bytes);

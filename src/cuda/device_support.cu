@@ -40,15 +40,16 @@ constexpr int kMaxDevices = 64;
 namespace {
 
 // A device attribute, queried once per device (attributes never change while a process runs).
+// Slots hold value + 1, so that 0 means "not queried yet" even for attributes that are 0.
 template <cudaDeviceAttr kAttribute>
 int cached_attribute(int device) {
   static std::array<std::atomic<int>, kMaxDevices> cached{};
   std::atomic<int>& slot = cached[static_cast<std::size_t>(device) % kMaxDevices];
-  int value = slot.load(std::memory_order_relaxed);
-  if (value == 0) {
-    check(cudaDeviceGetAttribute(&value, kAttribute, device), "cudaDeviceGetAttribute");
-    slot.store(value, std::memory_order_relaxed);
-  }
+  const int stored = slot.load(std::memory_order_relaxed);
+  if (stored != 0) return stored - 1;
+  int value = 0;
+  check(cudaDeviceGetAttribute(&value, kAttribute, device), "cudaDeviceGetAttribute");
+  slot.store(value + 1, std::memory_order_relaxed);
   return value;
 }
 
@@ -57,6 +58,8 @@ int cached_attribute(int device) {
 int multiprocessor_count(int device) { return cached_attribute<cudaDevAttrMultiProcessorCount>(device); }
 
 int compute_capability_major(int device) { return cached_attribute<cudaDevAttrComputeCapabilityMajor>(device); }
+
+int compute_capability_minor(int device) { return cached_attribute<cudaDevAttrComputeCapabilityMinor>(device); }
 
 int device_count() {
   static const int count = [] {
@@ -70,13 +73,17 @@ int device_count() {
   return count;
 }
 
-void check_device_arguments(const Problem& p) {
+void check_device(const Problem& p) {
   const int count = device_count();
   if (count == 0)
     throw Error(ErrorCode::unsupported, "x", "tensors are on " + to_string(p.device) + " but no CUDA device is available");
   if (p.device.index >= count)
     throw Error(ErrorCode::invalid_argument, "x",
                 "device " + to_string(p.device) + " does not exist (" + std::to_string(count) + " CUDA devices)");
+}
+
+void check_device_arguments(const Problem& p) {
+  check_device(p);
   check_pointer(p.x, "x", p.device.index);
   check_pointer(p.weight, "weight", p.device.index);
   check_pointer(p.bias, "bias", p.device.index);
