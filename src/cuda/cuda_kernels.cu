@@ -2,6 +2,7 @@
 #include <array>
 
 #include "core/kernel_registry.hpp"
+#include "cuda/gett_kernel.hpp"
 #include "cuda/latency_kernel.hpp"
 #include "cuda/mma_gemm_kernel.hpp"
 #include "cuda/simt_gemm_kernel.hpp"
@@ -13,16 +14,18 @@ namespace {
 std::string latency_why_not(const Problem& p, const Options&) { return latency_kernel_why_not(p); }
 std::string simt_why_not(const Problem& p, const Options&) { return simt_gemm_why_not(p); }
 std::string mma_why_not(const Problem& p, const Options&) { return mma_gemm_why_not(p); }
+std::string gett_why_not_entry(const Problem& p, const Options& o) { return gett_why_not(p, o.fp32_precision); }
 std::string unfused_why_not_entry(const Problem& p, const Options&) { return unfused_why_not(p); }
 
 void latency(const Problem& p, const Options&, Workspace, CudaStream s) { run_latency_kernel(p, s); }
 void simt(const Problem& p, const Options&, Workspace, CudaStream s) { run_simt_gemm(p, s); }
 void mma(const Problem& p, const Options& o, Workspace, CudaStream s) { run_mma_gemm(p, o.fp32_precision, s); }
+void gett(const Problem& p, const Options&, Workspace w, CudaStream s) { run_gett(p, w, s); }
 void unfused(const Problem& p, const Options& o, Workspace w, CudaStream s) { run_unfused(p, o.fp32_precision, w, s); }
 
-enum KernelIndex { kLatency, kMma, kSimt, kUnfused };
+enum KernelIndex { kLatency, kMma, kGett, kSimt, kUnfused };
 
-const std::array<KernelEntry, 4> kKernels{{
+const std::array<KernelEntry, 5> kKernels{{
     {{"cuda_latency", DeviceType::cuda, true,
       "small problems: a warp per 2x2 output tile, 16-byte loads straight from x, shuffle reduction"},
      true, latency_why_not, nullptr, latency},
@@ -30,6 +33,10 @@ const std::array<KernelEntry, 4> kKernels{{
       "tensor-core GEMM (mma.sync): exact float32 as 3xTF32, TF32 when allowed, float16/bfloat16; "
       "cp.async copies x's slices in place (needs 16-byte chunks)"},
      true, mma_why_not, nullptr, mma},
+    {{"cuda_gett_sm90", DeviceType::cuda, true,
+      "Hopper tensor-core GETT (CUTLASS: TMA reads x's slices in place, wgmma, bias epilogue): "
+      "bfloat16, float16; float32 as TF32 (truncated operands) only when forced; sm_90, 16-byte aligned slices"},
+     true, gett_why_not_entry, gett_workspace_bytes, gett},
     {{"cuda_simt_tiled", DeviceType::cuda, true,
       "general exact-float32 GEMM on CUDA cores, gathering x's slices in place; any shape and stride"},
      true, simt_why_not, nullptr, simt},
@@ -44,8 +51,8 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): the latency kernel wins
 // while the work is small; exact float32 beyond about a million outputs goes to the 3xTF32
-// tensor-core kernel; in between, and wherever cuBLAS's wgmma tensor-core GEMMs (16-bit, TF32)
-// outrun the fused kernels, the unfused baseline runs: never lose to it.
+// tensor-core kernel; 16-bit problems that fill the GPU go to the Hopper GETT; in between, for
+// TF32, and wherever cuBLAS outruns the fused kernels, the unfused baseline runs: never lose to it.
 const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   if (std::string why = simt_gemm_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "x", why);
   const bool exact_float32 = p.dtype == DType::float32 && options.fp32_precision == Fp32Precision::ieee;
@@ -57,6 +64,11 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   const double latency_limit = exact_float32 ? (small_tiles ? 20e6 : 40e6) : tf32 ? 16e6 : 12e6;
   if (macs <= latency_limit && latency_kernel_why_not(p).empty()) return kKernels[kLatency];
   if (exact_float32 && p.outputs() >= 786432 && mma_gemm_why_not(p).empty()) return kKernels[kMma];
+  // TF32 stays with cuBLAS: the GETT's tensor cores truncate float32 operands to TF32 where cuBLAS
+  // rounds them, which made its error 2.5x cuBLAS's on a 1024-long reduction (forcing
+  // cuda_gett_sm90 still runs it, at cuBLAS's speed).
+  if (!exact_float32 && !tf32 && gett::outruns_unfused(p) && gett_why_not(p, options.fp32_precision).empty())
+    return kKernels[kGett];
   if (unfused_why_not(p).empty()) return kKernels[kUnfused];
   return kKernels[kSimt];
 }

@@ -1,0 +1,12 @@
+// GETT configuration: float16, 128x128x64 block tile, no cluster, cooperative: problems of one or two
+// waves.
+#include "cuda/gett_kernel.cuh"
+
+namespace gather_linear::cuda::gett {
+
+const Variant& f16_cooperative_128x128() {
+  static const Variant variant = Gett<DType::float16, 128, 128, 64, 1, 1, Schedule::cooperative>::variant("f16_cooperative_128x128");
+  return variant;
+}
+
+}  // namespace gather_linear::cuda::gett

@@ -1,0 +1,188 @@
+// The Hopper tensor-core GETT as a CUTLASS 3.x kernel (TMA loads, wgmma, TMA store; sm_90a).
+//
+// The gathered operand A[b, r*H + h] = x[r, b, h] has the two-level K mode (H, R) : (1, stride_r).
+// CuTe takes that nested stride as it is, so the TMA unit reads x's slices in place (a box over h,
+// b and, when a K tile spans slices, r) and the mainloop never sees a concatenation. W's K mode is
+// the same (H, R) : (1, H) under its row stride. Bias is added in the epilogue.
+//
+// Included only by the one-configuration translation units (gett_*.cu, compiled for sm_90a alone)
+// and by the benchmark's extra configurations.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_info.hpp"
+#include "cuda/gett_kernel.hpp"
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/device_kernel.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+namespace gather_linear::cuda::gett {
+
+enum class Schedule { cooperative, pingpong };
+
+// CUTLASS's element type for each of ours. float32 data runs as TF32: wgmma reads operands
+// straight from shared memory and uses the upper 19 bits of each value (truncation, where cuBLAS's
+// TF32 rounds), so the dispatcher leaves TF32 to cuBLAS.
+template <DType D> struct Elements;
+template <> struct Elements<DType::bfloat16> { using Input = cutlass::bfloat16_t; using Output = cutlass::bfloat16_t; };
+template <> struct Elements<DType::float16> { using Input = cutlass::half_t; using Output = cutlass::half_t; };
+template <> struct Elements<DType::float32> { using Input = cutlass::tfloat32_t; using Output = float; };
+
+template <DType kDType, int kTileM, int kTileN, int kTileK, int kClusterM, int kClusterN, Schedule kSchedule>
+struct Gett {
+  using Input = typename Elements<kDType>::Input;
+  using Output = typename Elements<kDType>::Output;
+  using Accumulator = float;
+  static constexpr int kInputAlignment = 16 / sizeof(Input);  // elements per 16-byte TMA granule
+  static constexpr int kOutputAlignment = 16 / sizeof(Output);
+
+  // (M, N, (H, R), batch) and the strides that make A and W's K modes two-level.
+  using ProblemShape = cute::Shape<int, int, cute::Shape<int, int>, int>;
+  using StrideA = cute::Stride<std::int64_t, cute::Stride<cute::_1, std::int64_t>, std::int64_t>;
+  using StrideB = StrideA;
+  using StrideD = cute::Stride<std::int64_t, cute::_1, std::int64_t>;
+
+  using MmaTile = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Shape<cute::Int<kTileK>>>;
+  using EpilogueTile = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
+  using Cluster = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
+  using MainloopSchedule = std::conditional_t<kSchedule == Schedule::cooperative,
+                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                              cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+  using EpilogueSchedule = std::conditional_t<kSchedule == Schedule::cooperative,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                              cutlass::epilogue::TmaWarpSpecialized>;
+
+  // D = alpha * acc + bias[n] (no C operand); a null bias reads as zeros.
+  using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<Output, Accumulator, Output, Output, Accumulator>;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, EpilogueTile, Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator, void, StrideD, kOutputAlignment,
+      Output, StrideD, kOutputAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Input, StrideA, kInputAlignment, Input, StrideB,
+      kInputAlignment, Accumulator, MmaTile, Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Arguments = typename Kernel::Arguments;
+
+  static Arguments arguments(const Problem& problem, Tuning tuning) {
+    const Problem p = with_canonical_unit_strides(problem);
+    const ProblemShape shape{static_cast<int>(p.B), static_cast<int>(p.K),
+                             cute::make_shape(static_cast<int>(p.H), static_cast<int>(p.R)), 1};
+    const StrideA stride_x{p.x_stride_b, cute::make_stride(cute::_1{}, p.x_stride_r), 0};
+    const StrideB stride_w{p.weight_stride_k, cute::make_stride(cute::_1{}, p.H), 0};
+    const StrideD stride_y{p.y_stride_b, cute::_1{}, 0};
+    Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                   shape,
+                   {static_cast<const Input*>(p.x), stride_x, static_cast<const Input*>(p.weight), stride_w},
+                   {{}, nullptr, stride_y, static_cast<Output*>(p.y), stride_y}};
+    args.epilogue.thread.alpha = 1.f;
+    args.epilogue.thread.beta = 0.f;
+    args.epilogue.thread.bias_ptr = static_cast<const Output*>(p.bias);
+    args.hw_info.device_id = p.device.index;
+    args.hw_info.sm_count = multiprocessor_count(p.device.index);
+    args.scheduler.max_swizzle_size = tuning.max_swizzle;
+    using CutlassRaster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.raster_order = tuning.raster == Raster::along_m   ? CutlassRaster::AlongM
+                                  : tuning.raster == Raster::along_n ? CutlassRaster::AlongN
+                                                                     : CutlassRaster::Heuristic;
+    return args;
+  }
+
+  static std::string why_not(const Problem& p) {
+    if (p.dtype != kDType) return "compiled for " + std::string(dtype_name(kDType)) + " inputs";
+    if (std::string why = shape_why_not(p, kTileK, sizeof(Input)); !why.empty()) return why;
+    if (!Kernel::can_implement(arguments(p, {})))
+      return "CUTLASS cannot implement this problem (alignment of x, weight or y)";
+    return {};
+  }
+
+  static std::size_t workspace_bytes(const Problem& p) { return Kernel::get_workspace_size(arguments(p, {})); }
+
+  static void run(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning) {
+    const Params& params = params_for(p, workspace, stream, tuning);
+    auto* kernel = &cutlass::device_kernel<Kernel>;
+    allow_shared_memory(reinterpret_cast<const void*>(kernel), p.device.index);
+
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim = {kClusterM, kClusterN, 1};
+    cudaLaunchConfig_t config{};
+    config.gridDim = Kernel::get_grid_shape(params);
+    config.blockDim = Kernel::get_block_shape();
+    config.dynamicSmemBytes = Kernel::SharedStorageSize;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    check(cudaLaunchKernelEx(&config, kernel, params), "gett kernel launch");
+  }
+
+  // The kernel's parameters, three TMA descriptors among them, depend only on the problem's
+  // pointers, extents and strides and the tuning. Calls that repeat them (a training loop under a
+  // caching allocator, a graph captured again) reuse the parameters of one of the last few calls
+  // on this thread instead of encoding the descriptors again.
+  using Params = typename Kernel::Params;
+  using Key = std::array<std::int64_t, 17>;
+  static Key key_of(const Problem& p, Tuning tuning) {
+    const auto address = [](const void* ptr) { return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(ptr)); };
+    return {p.R, p.B, p.H, p.K, p.x_stride_r, p.x_stride_b, p.x_stride_h, p.weight_stride_k, p.y_stride_b,
+            address(p.x), address(p.weight), address(p.bias), address(p.y), p.device.index,
+            multiprocessor_count(p.device.index), tuning.max_swizzle, static_cast<std::int64_t>(tuning.raster)};
+  }
+  static const Params& params_for(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning) {
+    struct Entry {
+      Key key{};
+      Params params{};
+    };
+    constexpr int kEntries = 4;
+    thread_local std::array<Entry, kEntries> recent{};
+    thread_local int filled = 0, next = 0;
+    if (workspace.bytes != 0) {  // scratch the kernel writes: never shared between calls
+      const Arguments args = arguments(p, tuning);
+      thread_local Params uncached{};
+      uncached = Kernel::to_underlying_arguments(args, workspace.data);
+      if (Kernel::initialize_workspace(args, workspace.data, stream) != cutlass::Status::kSuccess)
+        throw Error(ErrorCode::cuda_error, "workspace", "CUTLASS could not initialise its workspace");
+      return uncached;
+    }
+    const Key key = key_of(p, tuning);
+    for (int i = 0; i < filled; ++i)
+      if (recent[i].key == key) return recent[i].params;
+    Entry& entry = recent[next];
+    entry.key = key;
+    entry.params = Kernel::to_underlying_arguments(arguments(p, tuning), nullptr);
+    next = (next + 1) % kEntries;
+    filled = std::min(filled + 1, kEntries);
+    return entry.params;
+  }
+
+  // Blocks need more than the default 48 KB of shared memory; the limit is raised once per device.
+  static void allow_shared_memory(const void* kernel, int device) {
+    static std::array<std::atomic<bool>, 64> raised{};
+    std::atomic<bool>& done = raised[static_cast<std::size_t>(device) % raised.size()];
+    if (done.load(std::memory_order_acquire)) return;
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::SharedStorageSize),
+          "cudaFuncSetAttribute(gett kernel)");
+    done.store(true, std::memory_order_release);
+  }
+
+  static Variant variant(const char* name) {
+    return {name, kDType, kTileM, kTileN, kTileK, kClusterM * kClusterN, why_not, workspace_bytes, run};
+  }
+};
+
+}  // namespace gather_linear::cuda::gett

@@ -1,0 +1,73 @@
+// The Hopper tensor-core GETT family (CUTLASS 3.x on sm_90a): bfloat16, float16, and float32 as
+// TF32. Each configuration (dtype, block tile, cluster, schedule) is compiled in its own
+// translation unit (gett_*.cu); this header is what the dispatcher and the benchmark see.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "gather_linear/gather_linear.hpp"
+
+namespace gather_linear::cuda {
+namespace gett {
+
+// Run-time knobs of CUTLASS's persistent tile scheduler: the order in which output tiles are
+// visited decides how much of x and W the L2 serves.
+enum class Raster { heuristic, along_m, along_n };
+struct Tuning {
+  int max_swizzle = 1;
+  Raster raster = Raster::heuristic;
+};
+
+// One compiled configuration.
+struct Variant {
+  const char* name;
+  DType dtype;  // of x, weight, bias and y
+  int tile_m, tile_n, tile_k;
+  int cluster_size;
+  std::string (*why_not)(const Problem& p);  // empty when the configuration can run p
+  std::size_t (*workspace_bytes)(const Problem& p);
+  void (*run)(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning);
+};
+
+// The checks that do not depend on CUTLASS: an sm_90 device, sizes that fit CUTLASS's int
+// extents, x with unit h stride, 16-byte aligned pointers and strides (TMA's rule), and K tiles
+// that never straddle part of a slice (H a multiple or a divisor of the tile's reduction depth).
+std::string shape_why_not(const Problem& p, int tile_k, std::size_t element_bytes);
+// p with the strides of extent-1 modes (any value is legal there) replaced by aligned ones, so
+// that they neither fail the alignment checks nor reach a TMA descriptor.
+Problem with_canonical_unit_strides(const Problem& p);
+
+// The library's configurations, each defined in gett_<name>.cu.
+const Variant& bf16_pingpong_128x128_c2x1();
+const Variant& bf16_cooperative_128x256();
+const Variant& bf16_cooperative_128x128();
+const Variant& f16_pingpong_128x128_c2x1();
+const Variant& f16_cooperative_128x256();
+const Variant& f16_cooperative_128x128();
+const Variant& tf32_pingpong_128x128();
+const Variant& tf32_cooperative_128x256();
+const Variant& tf32_cooperative_128x128();
+
+// All of the above, for tests and benchmarks that go through every configuration.
+std::vector<const Variant*> library_variants();
+
+// The configuration and tuning the dispatcher uses for p (whose dtype and precision allow GETT).
+struct Choice {
+  const Variant* variant;
+  Tuning tuning;
+};
+Choice choose(const Problem& p);
+// Whether the GETT beats the unfused baseline on p (the dispatcher's rule; measured).
+bool outruns_unfused(const Problem& p);
+
+}  // namespace gett
+
+// The family as one dispatcher entry: bfloat16/float16 always, float32 only when TF32 is allowed.
+std::string gett_why_not(const Problem& p, Fp32Precision precision);
+std::size_t gett_workspace_bytes(const Problem& p);
+void run_gett(const Problem& p, Workspace workspace, CudaStream stream);
+
+}  // namespace gather_linear::cuda
