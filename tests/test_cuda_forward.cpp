@@ -7,6 +7,7 @@
 
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
+#include "cuda/gett_kernel.hpp"
 #include "cuda_test_support.hpp"
 
 namespace gather_linear {
@@ -51,13 +52,22 @@ double cuda_error_of(const Case& c, const Options& options, std::uint32_t seed =
   return relative_error(o.y, cpu::reference_forward(p), c.shape.B, c.shape.K);
 }
 
+// One unit of the rounding a low-precision result may carry beyond the baseline's own error:
+// the output's (bfloat16, float16), or TF32's truncated inputs (cuBLAS's TF32 GEMMs for small
+// problems run in full float32, so their error is no yardstick there).
+double rounding_unit(DType dtype, Fp32Precision precision) {
+  if (dtype == DType::bfloat16) return 0x1p-8;
+  if (dtype == DType::float16) return 0x1p-11;
+  return precision == Fp32Precision::tf32 ? 0x1p-8 : 0.0;
+}
+
 // float32: exact-float32 accuracy. float16/bfloat16 (and TF32): at most twice the unfused
-// baseline's own error plus one unit of rounding.
+// baseline's own error plus one rounding unit.
 void expect_accurate(const Case& c, const Options& options, double err) {
   ASSERT_FALSE(std::isnan(err)) << c << " kernel " << options.kernel << ": NaN left in y";
   const bool tf32 = c.dtype == DType::float32 && options.fp32_precision == Fp32Precision::tf32;
   if (is_low_precision(c.dtype) || tf32) {
-    const double unit = c.dtype == DType::bfloat16 ? 0x1p-8 : 0x1p-11;
+    const double unit = rounding_unit(c.dtype, options.fp32_precision);
     const double baseline = cuda_error_of(c, options_for(kBaseline, options.fp32_precision));
     EXPECT_LE(err, 2 * baseline + unit) << c << " kernel " << options.kernel << " (baseline error " << baseline << ")";
   } else {
@@ -305,6 +315,182 @@ TEST_F(CudaTest, Float64IsRejectedOnCuda) {
       EXPECT_NE(std::string(e.what()).find("float64 is not supported on CUDA"), std::string::npos) << e.what();
     }
   }
+}
+
+// ---- The Hopper GETT family (cuda_gett_sm90) ----
+
+constexpr const char* kGett = "cuda_gett_sm90";
+
+bool is_sm90() {
+  int major = 0, minor = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
+         minor == 0;
+}
+
+// The family's promise, restated independently: on sm_90, with x's h stride 1 and 16-byte aligned
+// slices and rows (so not the `strided` or `broadcast_rows` layouts), H * element size and K *
+// element size multiples of 16 bytes, and H a multiple or divisor of the K tile.
+bool gett_should_run(const Case& c, int tile_k) {
+  const auto [R, B, H, K] = c.shape;
+  const std::int64_t per16 = 16 / static_cast<std::int64_t>(dtype_size(c.dtype));
+  // A single row's b stride is never used, so a broadcast row is just a contiguous one.
+  const bool layout_ok = c.layout == Layout::contiguous || c.layout == Layout::head_major ||
+                         (c.layout == Layout::broadcast_rows && B == 1);
+  return is_sm90() && layout_ok && R * B * H * K > 0 && H % per16 == 0 && K % per16 == 0 &&
+         (H % tile_k == 0 || tile_k % H == 0);
+}
+
+// Shapes that cross the 128- and 256-wide tile edges, one- and many-slice K tiles (H from 8 to
+// 256), a single row, and shapes every configuration must refuse (H = 24, 4, 100; K = 100).
+const Shape kGettShapes[] = {
+    {1, 1, 64, 8},     {4, 12, 32, 56},     {2, 127, 64, 120},  {3, 129, 128, 136}, {5, 257, 16, 264},
+    {1, 255, 192, 8},  {2, 600, 256, 520}, {7, 300, 8, 72},    {9, 64, 32, 2048},  {2, 2048, 64, 384},
+    {3, 100, 24, 64},  {2, 64, 4, 64},      {2, 64, 100, 64},   {2, 64, 64, 100},   {1, 1, 1, 1},
+};
+
+// Relative error of one configuration on fresh poisoned operands; NaN-free and gap-preserving.
+double gett_variant_error(const Case& c, const cuda::gett::Variant& variant, cuda::gett::Tuning tuning = {}) {
+  Operands o = make_operands(c, 77);
+  DeviceOperands d(o);
+  const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+  variant.run(p, {}, nullptr, tuning);
+  const cudaError_t status = cudaDeviceSynchronize();
+  EXPECT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << c << " " << variant.name;
+  d.y.download(o.y);
+  EXPECT_TRUE(gaps_untouched(o.y)) << c << " " << variant.name << ": wrote outside y's view";
+  const Problem host = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+  return relative_error(o.y, cpu::reference_forward(host), c.shape.B, c.shape.K);
+}
+
+// Every configuration the library ships, forced on every shape and layout: it either refuses
+// with an `unsupported` reason exactly where the promise says so, or matches the reference
+// within twice the unfused baseline's error (TF32: the baseline in TF32) plus one rounding unit.
+TEST_F(CudaTest, GettEveryConfiguration) {
+  for (const cuda::gett::Variant* variant : cuda::gett::library_variants()) {
+    const Fp32Precision precision = variant->dtype == DType::float32 ? Fp32Precision::tf32 : Fp32Precision::ieee;
+    for (const Shape& shape : kGettShapes)
+      for (Layout layout : kLayouts)
+        for (bool bias : {true, false}) {
+          const Case c{shape, variant->dtype, layout, bias};
+          Operands o = make_operands(c, 1);
+          DeviceOperands d(o);
+          const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+          const std::string why = variant->why_not(p);
+          ASSERT_EQ(why.empty(), gett_should_run(c, variant->tile_k)) << c << " " << variant->name << ": " << why;
+          if (!why.empty()) continue;
+          const double err = gett_variant_error(c, *variant);
+          ASSERT_FALSE(std::isnan(err)) << c << " " << variant->name << ": NaN left in y";
+          const double unit = rounding_unit(c.dtype, precision);
+          const double baseline = cuda_error_of(c, options_for(kBaseline, precision));
+          EXPECT_LE(err, 2 * baseline + unit) << c << " " << variant->name << " (baseline error " << baseline << ")";
+        }
+  }
+}
+
+// The tile scheduler's swizzle and raster order change only the order of tiles, never a result.
+TEST_F(CudaTest, GettSchedulerTuningKeepsResults) {
+  if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  const Case c{{4, 1000, 64, 776}, DType::bfloat16, Layout::head_major, true};
+  const cuda::gett::Variant& variant = cuda::gett::bf16_cooperative_128x128();
+  const double plain = gett_variant_error(c, variant);
+  for (int swizzle : {2, 4, 8})
+    for (cuda::gett::Raster raster : {cuda::gett::Raster::along_m, cuda::gett::Raster::along_n})
+      EXPECT_EQ(gett_variant_error(c, variant, {swizzle, raster}), plain) << "swizzle " << swizzle;
+}
+
+// Through the public API: forced by name, TF32 only when allowed, refusals as `unsupported`
+// errors that leave y untouched; and the dispatcher's own choice is accurate.
+TEST_F(CudaTest, GettThroughTheDispatcher) {
+  const Case exact{{4, 256, 64, 128}, DType::float32, Layout::contiguous, true};
+  try {
+    Operands o = make_operands(exact, 3);
+    DeviceOperands d(o);
+    d.forward(options_for(kGett));
+    ADD_FAILURE() << "GETT ran float32 without TF32";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("runs float32 only as TF32"), std::string::npos) << e.what();
+  }
+  if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  expect_accurate(exact, options_for(kGett, Fp32Precision::tf32), cuda_error_of(exact, options_for(kGett, Fp32Precision::tf32)));
+  for (DType dtype : {DType::bfloat16, DType::float16}) {
+    const Case c{{8, 1024, 128, 1024}, dtype, Layout::head_major, true};
+    expect_accurate(c, options_for(kGett), cuda_error_of(c, options_for(kGett)));
+    expect_accurate(c, options_for("auto"), cuda_error_of(c, options_for("auto")));
+
+    // y starting one element past a 16-byte boundary (its row stride stays aligned): refused.
+    const Case padded{{2, 64, 64, 64}, dtype, Layout::contiguous, true};
+    Operands o = make_operands(padded, 4);
+    HostTensor wide_y(dtype, {64, 72}, {72, 1});
+    wide_y.fill_nan();
+    DeviceOperands d(o);
+    DeviceTensor y_storage(wide_y);
+    TensorView y = y_storage.view();
+    y.sizes[1] = 64;
+    y.data = static_cast<char*>(y.data) + dtype_size(dtype);
+    try {
+      forward(d.x.view(), d.weight.view(), d.bias_view(), y, options_for(kGett));
+      ADD_FAILURE() << "GETT accepted a misaligned y";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("16-byte boundaries"), std::string::npos) << e.what();
+    }
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    y_storage.download(wide_y);
+    for (std::size_t i = 0; i < wide_y.elements(); ++i) ASSERT_TRUE(std::isnan(wide_y.get(i))) << "y[" << i << "] written";
+    // The dispatcher takes another kernel for it instead.
+    forward(d.x.view(), d.weight.view(), d.bias_view(), y, options_for("auto"));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+  }
+}
+
+// Captured in a CUDA graph (global mode) and replayed on new inputs; same bits on every run of
+// the same inputs; nothing allocated per call.
+TEST_F(CudaTest, GettGraphDeterminismAndMemory) {
+  if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  const Case c{{8, 1024, 128, 1024}, DType::bfloat16, Layout::head_major, true};
+  const Options options = options_for(kGett);
+  cudaStream_t stream;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Operands o = make_operands(c, 9);
+  DeviceOperands d(o);
+  EXPECT_EQ(workspace_bytes(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options), 0u);
+  d.forward(options, stream);
+  CUDA_ASSERT(cudaStreamSynchronize(stream));
+  HostTensor first = o.y;
+  d.y.download(first);
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  CUDA_ASSERT(cudaMemGetInfo(&free_before, &total));
+  for (int i = 0; i < 50; ++i) d.forward(options, stream);
+  CUDA_ASSERT(cudaStreamSynchronize(stream));
+  CUDA_ASSERT(cudaMemGetInfo(&free_after, &total));
+  EXPECT_EQ(free_before, free_after);
+  HostTensor again = o.y;
+  d.y.download(again);
+  EXPECT_EQ(first.storage, again.storage);
+
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  d.forward(options, stream);
+  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  for (std::uint32_t trial = 0; trial < 2; ++trial) {
+    Operands fresh = make_operands(c, 200 + trial);
+    d.x.upload(fresh.x);
+    d.weight.upload(fresh.weight);
+    d.bias.upload(fresh.bias);
+    d.y.upload(fresh.y);
+    CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    d.y.download(fresh.y);
+    const Problem p = validate_forward_args(fresh.x.view, fresh.weight.view, fresh.bias_view(), fresh.y.view);
+    EXPECT_LE(relative_error(fresh.y, cpu::reference_forward(p), c.shape.B, c.shape.K), 2e-2) << "replay " << trial;
+  }
+  CUDA_ASSERT(cudaGraphExecDestroy(exec));
+  CUDA_ASSERT(cudaGraphDestroy(graph));
+  CUDA_ASSERT(cudaStreamDestroy(stream));
 }
 
 }  // namespace
