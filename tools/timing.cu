@@ -29,9 +29,11 @@ double time_cpu_us(const std::function<void()>& run, int repeats) {
   return median(samples);
 }
 
-GpuTiming time_gpu(const std::function<void(int set)>& launch, int sets, int repeats, CudaStream stream) {
+std::vector<GpuTiming> time_gpu_interleaved(const std::vector<std::function<void(int set)>>& launches, int sets,
+                                            int repeats, CudaStream stream) {
   using cuda::check;
-  for (int s = 0; s < sets; ++s) launch(s);  // warm-up: module load, plan caches
+  for (const auto& launch : launches)
+    for (int s = 0; s < sets; ++s) launch(s);  // warm-up: module load, plan caches
   check(cudaStreamSynchronize(stream), "warm-up");
 
   cudaEvent_t start, stop;
@@ -46,31 +48,53 @@ GpuTiming time_gpu(const std::function<void(int set)>& launch, int sets, int rep
 
   // Enough launches per graph that the replay's own launch cost is amortised.
   const int per_graph = std::max(sets, 20) / sets * sets;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  for (int i = 0; i < per_graph; ++i) launch(i % sets);
-  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  std::vector<double> graph_samples, event_samples;
-  for (int i = 0; i < repeats; ++i) {
-    check(cudaEventRecord(start, stream), "cudaEventRecord");
-    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    graph_samples.push_back(elapsed_us() / per_graph);
+  const std::size_t n = launches.size();
+  std::vector<cudaGraph_t> graphs(n);
+  std::vector<cudaGraphExec_t> execs(n);
+  for (std::size_t c = 0; c < n; ++c) {
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    for (int i = 0; i < per_graph; ++i) launches[c](i % sets);
+    check(cudaStreamEndCapture(stream, &graphs[c]), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&execs[c], graphs[c], 0), "cudaGraphInstantiate");
+    check(cudaGraphLaunch(execs[c], stream), "cudaGraphLaunch");
   }
-  for (int i = 0; i < repeats * 4; ++i) {
-    check(cudaEventRecord(start, stream), "cudaEventRecord");
-    launch(i % sets);
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    event_samples.push_back(elapsed_us());
+  // Round-robin: every candidate sees the same clock and power state (a GPU under sustained
+  // tensor-core load slows down; timing candidates one after another would favour the first).
+  std::vector<std::vector<double>> graph_samples(n), event_samples(n), stream_samples(n);
+  for (int i = 0; i < repeats; ++i)
+    for (std::size_t c = 0; c < n; ++c) {
+      check(cudaEventRecord(start, stream), "cudaEventRecord");
+      check(cudaGraphLaunch(execs[c], stream), "cudaGraphLaunch");
+      check(cudaEventRecord(stop, stream), "cudaEventRecord");
+      graph_samples[c].push_back(elapsed_us() / per_graph);
+    }
+  for (int i = 0; i < repeats * 4; ++i)
+    for (std::size_t c = 0; c < n; ++c) {
+      check(cudaEventRecord(start, stream), "cudaEventRecord");
+      launches[c](i % sets);
+      check(cudaEventRecord(stop, stream), "cudaEventRecord");
+      event_samples[c].push_back(elapsed_us());
+    }
+  for (int i = 0; i < repeats; ++i)
+    for (std::size_t c = 0; c < n; ++c) {
+      check(cudaEventRecord(start, stream), "cudaEventRecord");
+      for (int j = 0; j < per_graph; ++j) launches[c](j % sets);
+      check(cudaEventRecord(stop, stream), "cudaEventRecord");
+      stream_samples[c].push_back(elapsed_us() / per_graph);
+    }
+  std::vector<GpuTiming> timings;
+  for (std::size_t c = 0; c < n; ++c) {
+    check(cudaGraphExecDestroy(execs[c]), "cudaGraphExecDestroy");
+    check(cudaGraphDestroy(graphs[c]), "cudaGraphDestroy");
+    timings.push_back({median(graph_samples[c]), median(event_samples[c]), median(stream_samples[c])});
   }
-  check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
-  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
   check(cudaEventDestroy(start), "cudaEventDestroy");
   check(cudaEventDestroy(stop), "cudaEventDestroy");
-  return {median(graph_samples), median(event_samples)};
+  return timings;
+}
+
+GpuTiming time_gpu(const std::function<void(int set)>& launch, int sets, int repeats, CudaStream stream) {
+  return time_gpu_interleaved({launch}, sets, repeats, stream).front();
 }
 
 std::size_t gpu_l2_bytes(int device) {

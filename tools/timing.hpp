@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "gather_linear/gather_linear.hpp"
 
@@ -12,6 +13,7 @@ namespace gather_linear::timing {
 struct GpuTiming {
   double graph_us = 0;  // median per forward over CUDA-graph replays (launch gaps amortised)
   double event_us = 0;  // median of an event pair around one forward launched from the host
+  double stream_us = 0;  // median per forward of as many forwards launched back to back from the host
 };
 
 // Median wall-clock microseconds of `run` over `repeats` calls, after one warm-up call.
@@ -20,6 +22,10 @@ double time_cpu_us(const std::function<void()>& run, int repeats);
 // `launch(set)` enqueues one forward reading input set `set` on `stream`. Each graph holds
 // `sets` launches cycling through the sets; `repeats` replays give the median.
 GpuTiming time_gpu(const std::function<void(int set)>& launch, int sets, int repeats, CudaStream stream);
+// The same for several candidates, their replays interleaved round-robin so that all of them
+// run under the same clocks (sustained tensor-core load lowers them); one result per launch.
+std::vector<GpuTiming> time_gpu_interleaved(const std::vector<std::function<void(int set)>>& launches, int sets,
+                                            int repeats, CudaStream stream);
 
 // Bytes of the GPU's L2 cache (0 without a GPU).
 std::size_t gpu_l2_bytes(int device);
