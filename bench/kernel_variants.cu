@@ -2,11 +2,15 @@
 //   - the latency kernel's outputs per warp (TB x TK) on small problems, against an empty
 //     kernel (the launch floor), the dispatched choice and the unfused baseline;
 //   - the tensor-core kernel's block tile (exact float32 as 3xTF32, TF32, bfloat16) and the SIMT
-//     kernel on larger problems, against cuBLASLt GEMM-only and the unfused baseline.
+//     kernel on larger problems, against cuBLASLt GEMM-only and the unfused baseline;
+//   - the Hopper GETT configurations (the library's and the unshipped candidates, see
+//     bench/CMakeLists.txt) and the tile scheduler's swizzle and raster order, bfloat16 and TF32,
+//     against cuBLASLt GEMM-only on the pre-concatenated input.
 // Each variant is checked against the unfused baseline's result before it is timed.
 // Times: median per forward over CUDA-graph replays, rotating input sets past L2.
 //
-//   kernel_variants [latency|gemm|gemm_exact|all]   > variants.csv
+//   kernel_variants [latency|gemm|gemm_exact|gett|gett_large|all]   > variants.csv
+//   kernel_variants host                                 > host.csv
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,16 +20,29 @@
 #include <string>
 #include <vector>
 
+#include "core/kernel_registry.hpp"
 #include "core/validate.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/gett_kernel.hpp"
 #include "cuda/latency_kernel.cuh"
 #include "cuda/latency_kernel.hpp"
 #include "cuda/mma_gemm_kernel.hpp"
 #include "cuda/simt_gemm_kernel.hpp"
 #include "cuda/unfused_cublaslt.hpp"
+#include "gett_candidates.hpp"
 #include "timing.hpp"
 
 namespace gather_linear::bench {
+
+std::vector<cuda::gett::Variant>& gett_candidates() {
+  static std::vector<cuda::gett::Variant> candidates;
+  return candidates;
+}
+bool register_gett_candidate(const cuda::gett::Variant& variant) {
+  gett_candidates().push_back(variant);
+  return true;
+}
+
 namespace {
 
 using cuda::check;
@@ -242,6 +259,140 @@ void gemm_sweep(cudaStream_t stream, bool exact_float32_only) {
   }
 }
 
+Run gett_run(const cuda::gett::Variant& variant, cuda::gett::Tuning tuning) {
+  return [&variant, tuning](const Problem& p, cudaStream_t st) { variant.run(p, {}, st, tuning); };
+}
+
+struct Candidate {
+  std::string name;
+  Run run;
+  bool check_result;
+};
+
+// Checks each candidate against `reference_run`, then times them all interleaved (same clocks for
+// every candidate) and prints a row each.
+void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidates, const Run& reference_run,
+             cudaStream_t stream) {
+  std::vector<double> errors;
+  std::vector<std::function<void(int)>> launches;
+  for (const Candidate& c : candidates) {
+    errors.push_back(c.check_result ? disagreement(in, c.run, reference_run, stream) : 0.0);
+    launches.push_back([&in, &c, stream](int i) { c.run(in.sets[i], stream); });
+  }
+  const double flops = 2.0 * s.B * s.K * s.R * s.H;
+  const int repeats = static_cast<int>(std::clamp(4e11 / flops, 10.0, 100.0));
+  const auto timings = timing::time_gpu_interleaved(launches, static_cast<int>(in.sets.size()), repeats, stream);
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    std::printf("%lld,%lld,%lld,%lld,%s,%s,%.3f,%.3f,%.2f,%.1e\n", (long long)s.R, (long long)s.B, (long long)s.H,
+                (long long)s.K, std::string(dtype_name(in.dtype)).c_str(), candidates[i].name.c_str(),
+                timings[i].graph_us, timings[i].event_us, flops / timings[i].graph_us / 1e6, errors[i]);
+  std::fflush(stdout);
+}
+
+// GETT configurations and scheduler settings against cuBLASLt GEMM-only on the pre-concatenated
+// input (bfloat16, TF32; float16 spot checks), plus exact float32 (3xTF32 mma) against SGEMM-only.
+void gett_sweep(cudaStream_t stream, bool targets_only) {
+  namespace gett = cuda::gett;
+  const Shape shapes[] = {{8, 8192, 512, 4096}, {32, 8192, 128, 4096}, {4, 16384, 64, 8192}, {16, 4096, 128, 2048},
+                          {8, 1024, 128, 1024}, {4, 4096, 32, 2048},   {12, 4096, 64, 768},  {32, 1024, 128, 4096}};
+  std::vector<const gett::Variant*> variants = gett::library_variants();
+  const std::size_t kShipped = variants.size();
+  for (const gett::Variant& candidate : gett_candidates()) variants.push_back(&candidate);
+  const std::pair<const char*, gett::Tuning> tunings[] = {
+      {"sw2_m", {2, gett::Raster::along_m}}, {"sw4_m", {4, gett::Raster::along_m}}, {"sw8_m", {8, gett::Raster::along_m}},
+      {"sw2_n", {2, gett::Raster::along_n}}, {"sw4_n", {4, gett::Raster::along_n}}, {"sw8_n", {8, gett::Raster::along_n}}};
+  for (const Shape& s : shapes) {
+    const bool target = s.B * s.K >= 8192 * 4096;  // the largest shapes also get the scheduler sweep
+    if (targets_only && !target) continue;
+    for (DType dtype : {DType::bfloat16, DType::float16, DType::float32}) {
+      const bool spot_check = dtype == DType::float16;  // same kernels as bfloat16: shipped ones only
+      if (spot_check && !target) continue;
+      Inputs in(s, dtype, stream);
+      const Fp32Precision precision = dtype == DType::float32 ? Fp32Precision::tf32 : Fp32Precision::ieee;
+      const std::string mode = dtype == DType::float32 ? "tf32" : std::string(dtype_name(dtype));
+      const Run unfused = unfused_run(in, precision);
+      const Problem& p0 = in.sets[0];
+      cuda::concatenate(p0, in.concatenated, stream);
+      std::vector<Candidate> candidates = {
+          {"cublaslt_gemm_only_" + mode,
+           [&in, precision](const Problem& p, cudaStream_t st) { cuda::gemm_on_concatenated(p, in.concatenated, precision, st); },
+           false},
+          {"unfused_cublaslt_" + mode, unfused, false}};
+      const gett::Choice choice = gett::choose(p0);
+      if (choice.variant->why_not(p0).empty())
+        candidates.push_back({std::string("gett_dispatched_") + choice.variant->name, gett_run(*choice.variant, choice.tuning), true});
+      for (std::size_t i = 0; i < variants.size(); ++i) {
+        const gett::Variant* v = variants[i];
+        if (v->dtype != dtype || !v->why_not(p0).empty() || v->workspace_bytes(p0) != 0) continue;
+        if (spot_check && i >= kShipped) continue;
+        candidates.push_back({std::string("gett_") + v->name, gett_run(*v, {}), true});
+        if (!target || spot_check) continue;
+        for (const auto& [tag, tuning] : tunings)
+          candidates.push_back({std::string("gett_") + v->name + "_" + tag, gett_run(*v, tuning), false});
+      }
+      compare(s, in, candidates, unfused, stream);
+      if (dtype == DType::float32 && target) {  // exact float32 at scale
+        const Run exact_unfused = unfused_run(in, Fp32Precision::ieee);
+        cuda::concatenate(p0, in.concatenated, stream);
+        compare(s, in,
+                {{"cublaslt_gemm_only_sgemm",
+                  [&in](const Problem& p, cudaStream_t st) {
+                    cuda::gemm_on_concatenated(p, in.concatenated, Fp32Precision::ieee, st);
+                  },
+                  false},
+                 {"mma_tf32x3_auto", mma_run(Fp32Precision::ieee, cuda::MmaTile::automatic), true}},
+                exact_unfused, stream);
+      }
+    }
+  }
+}
+
+// Host microseconds per call (median, the GPU never waited on): the device-pointer checks alone,
+// and forward() end to end (validation, dispatch, launch) for the latency kernel, the GETT and the
+// unfused baseline. Separate CSV: step,R,B,H,K,dtype,host_us.
+void host_sweep(cudaStream_t stream) {
+  std::printf("step,R,B,H,K,dtype,host_us\n");
+  struct Step {
+    const char* name;
+    Shape shape;
+    DType dtype;
+    const char* kernel;  // null: the device-pointer checks alone
+    Fp32Precision precision;
+  };
+  const Step steps[] = {
+      {"check_device_arguments", {4, 12, 32, 56}, DType::float32, nullptr, Fp32Precision::ieee},
+      {"forward_auto", {4, 12, 32, 56}, DType::float32, "auto", Fp32Precision::ieee},
+      {"forward_cuda_latency", {4, 12, 32, 56}, DType::float32, "cuda_latency", Fp32Precision::ieee},
+      {"forward_cuda_unfused_cublaslt", {4, 12, 32, 56}, DType::float32, "cuda_unfused_cublaslt", Fp32Precision::ieee},
+      {"forward_cuda_gett_sm90", {8, 1024, 128, 1024}, DType::bfloat16, "cuda_gett_sm90", Fp32Precision::ieee},
+      {"forward_cuda_gett_sm90", {8, 1024, 128, 1024}, DType::float32, "cuda_gett_sm90", Fp32Precision::tf32},
+  };
+  for (const Step& step : steps) {
+    Inputs in(step.shape, step.dtype, stream);
+    const Problem& p = in.sets[0];
+    const auto dev = Device::cuda(0);
+    const Shape& s = step.shape;
+    const TensorView x = TensorView::contiguous(const_cast<void*>(p.x), step.dtype, dev, {s.R, s.B, s.H});
+    const TensorView w = TensorView::contiguous(const_cast<void*>(p.weight), step.dtype, dev, {s.K, s.R * s.H});
+    const TensorView b = TensorView::contiguous(const_cast<void*>(p.bias), step.dtype, dev, {s.K});
+    const TensorView y = TensorView::contiguous(p.y, step.dtype, dev, {s.B, s.K});
+    Options options;
+    if (step.kernel != nullptr) options.kernel = step.kernel;
+    options.fp32_precision = step.precision;
+    const std::function<void()> call = step.kernel == nullptr
+                                           ? std::function<void()>([&] { cuda::check_device_arguments(p); })
+                                           : std::function<void()>([&] { forward(x, w, b, y, options, stream); });
+    double us = 0;
+    for (int batch = 0; batch < 10; ++batch) {  // short batches keep the launch queue shallow
+      us += timing::time_cpu_us(call, 100) / 10;
+      check(cudaStreamSynchronize(stream), "host sweep");
+    }
+    std::printf("%s,%lld,%lld,%lld,%lld,%s,%.3f\n", step.name, (long long)s.R, (long long)s.B, (long long)s.H,
+                (long long)s.K, std::string(dtype_name(step.dtype)).c_str(), us);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 }  // namespace gather_linear::bench
 
@@ -250,9 +401,15 @@ int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "all";
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (which == "host") {
+    host_sweep(stream);
+    return 0;
+  }
   std::printf("R,B,H,K,dtype,variant,graph_us,event_us,tflops,rel_diff\n");
   if (which == "latency" || which == "all") latency_sweep(stream);
   if (which == "gemm" || which == "all") gemm_sweep(stream, false);
   if (which == "gemm_exact") gemm_sweep(stream, true);
+  if (which == "gett" || which == "all") gett_sweep(stream, false);
+  if (which == "gett_large") gett_sweep(stream, true);
   return 0;
 }
