@@ -137,6 +137,34 @@ TEST_F(CudaTest, Tf32IsUsedOnlyWhenAllowed) {
   }
 }
 
+// Captures one forward in a CUDA graph (global mode: any launch on the legacy default stream
+// during capture is an error), then replays it `trials` times on new input values with y poisoned
+// again, checking each result against the reference within `tolerance`.
+void expect_graph_replays_match(const Case& c, DeviceOperands& d, const Options& options, cudaStream_t stream,
+                                int trials, std::uint32_t seed, double tolerance) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  d.forward(options, stream);
+  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  for (int trial = 0; trial < trials; ++trial) {
+    Operands fresh = make_operands(c, seed + static_cast<std::uint32_t>(trial));
+    d.x.upload(fresh.x);
+    d.weight.upload(fresh.weight);
+    d.bias.upload(fresh.bias);
+    d.y.upload(fresh.y);
+    CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    d.y.download(fresh.y);
+    const Problem p = validate_forward_args(fresh.x.view, fresh.weight.view, fresh.bias_view(), fresh.y.view);
+    const double err = relative_error(fresh.y, cpu::reference_forward(p), c.shape.B, c.shape.K);
+    EXPECT_LE(err, tolerance) << c << " kernel " << options.kernel << " replay " << trial;
+  }
+  CUDA_ASSERT(cudaGraphExecDestroy(exec));
+  CUDA_ASSERT(cudaGraphDestroy(graph));
+}
+
 TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
   cudaStream_t stream;
   CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -151,29 +179,7 @@ TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
       if (ws_bytes > 0) options.workspace = {workspace.data(), ws_bytes};
       d.forward(options, stream);  // warm-up outside the capture (plan caches)
       CUDA_ASSERT(cudaStreamSynchronize(stream));
-
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      // Global mode: any launch on the legacy default stream during capture is an error.
-      CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      d.forward(options, stream);
-      CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
-      CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
-      for (std::uint32_t trial = 0; trial < 3; ++trial) {
-        Operands fresh = make_operands(c, 100 + trial);  // new values, y poisoned again
-        d.x.upload(fresh.x);
-        d.weight.upload(fresh.weight);
-        d.bias.upload(fresh.bias);
-        d.y.upload(fresh.y);
-        CUDA_ASSERT(cudaGraphLaunch(exec, stream));
-        CUDA_ASSERT(cudaStreamSynchronize(stream));
-        d.y.download(fresh.y);
-        const Problem p = validate_forward_args(fresh.x.view, fresh.weight.view, fresh.bias_view(), fresh.y.view);
-        const double err = relative_error(fresh.y, cpu::reference_forward(p), c.shape.B, c.shape.K);
-        EXPECT_LE(err, 1e-5) << c << " kernel " << kernel << " replay " << trial;
-      }
-      CUDA_ASSERT(cudaGraphExecDestroy(exec));
-      CUDA_ASSERT(cudaGraphDestroy(graph));
+      expect_graph_replays_match(c, d, options, stream, 3, 100, 1e-5);
     }
   CUDA_ASSERT(cudaStreamDestroy(stream));
 }
@@ -470,26 +476,7 @@ TEST_F(CudaTest, GettGraphDeterminismAndMemory) {
   d.y.download(again);
   EXPECT_EQ(first.storage, again.storage);
 
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  d.forward(options, stream);
-  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
-  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
-  for (std::uint32_t trial = 0; trial < 2; ++trial) {
-    Operands fresh = make_operands(c, 200 + trial);
-    d.x.upload(fresh.x);
-    d.weight.upload(fresh.weight);
-    d.bias.upload(fresh.bias);
-    d.y.upload(fresh.y);
-    CUDA_ASSERT(cudaGraphLaunch(exec, stream));
-    CUDA_ASSERT(cudaStreamSynchronize(stream));
-    d.y.download(fresh.y);
-    const Problem p = validate_forward_args(fresh.x.view, fresh.weight.view, fresh.bias_view(), fresh.y.view);
-    EXPECT_LE(relative_error(fresh.y, cpu::reference_forward(p), c.shape.B, c.shape.K), 2e-2) << "replay " << trial;
-  }
-  CUDA_ASSERT(cudaGraphExecDestroy(exec));
-  CUDA_ASSERT(cudaGraphDestroy(graph));
+  expect_graph_replays_match(c, d, options, stream, 2, 200, 2e-2);
   CUDA_ASSERT(cudaStreamDestroy(stream));
 }
 
