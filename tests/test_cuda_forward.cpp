@@ -39,17 +39,24 @@ Options options_for(const char* kernel, Fp32Precision precision = Fp32Precision:
   return o;
 }
 
-// Relative error of one run on fresh poisoned operands; also checks y's gaps kept their poison.
-double cuda_error_of(const Case& c, const Options& options, std::uint32_t seed = 1234) {
+// Relative error of `run(device_operands)` on fresh poisoned operands from `seed`; also checks
+// that the run left no CUDA error and y's gaps kept their poison.
+template <class Run>
+double error_of_run(const Case& c, std::uint32_t seed, const std::string& label, Run&& run) {
   Operands o = make_operands(c, seed);
   DeviceOperands d(o);
-  d.forward(options);
+  run(d);
   const cudaError_t status = cudaDeviceSynchronize();
-  EXPECT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << c << " kernel " << options.kernel;
+  EXPECT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << c << " " << label;
   d.y.download(o.y);
-  EXPECT_TRUE(gaps_untouched(o.y)) << c << " kernel " << options.kernel << ": wrote outside y's view";
+  EXPECT_TRUE(gaps_untouched(o.y)) << c << " " << label << ": wrote outside y's view";
   const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
   return relative_error(o.y, cpu::reference_forward(p), c.shape.B, c.shape.K);
+}
+
+double cuda_error_of(const Case& c, const Options& options, std::uint32_t seed = 1234) {
+  return error_of_run(c, seed, "kernel " + std::string(options.kernel),
+                      [&](const DeviceOperands& d) { d.forward(options); });
 }
 
 // One unit of the rounding a low-precision result may carry beyond the baseline's own error:
@@ -355,18 +362,12 @@ const Shape kGettShapes[] = {
     {3, 100, 24, 64},  {2, 64, 4, 64},      {2, 64, 100, 64},   {2, 64, 64, 100},   {1, 1, 1, 1},
 };
 
-// Relative error of one configuration on fresh poisoned operands; NaN-free and gap-preserving.
-double gett_variant_error(const Case& c, const cuda::gett::Variant& variant, cuda::gett::Tuning tuning = {}) {
-  Operands o = make_operands(c, 77);
-  DeviceOperands d(o);
-  const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
-  variant.run(p, {}, nullptr, tuning);
-  const cudaError_t status = cudaDeviceSynchronize();
-  EXPECT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << c << " " << variant.name;
-  d.y.download(o.y);
-  EXPECT_TRUE(gaps_untouched(o.y)) << c << " " << variant.name << ": wrote outside y's view";
-  const Problem host = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
-  return relative_error(o.y, cpu::reference_forward(host), c.shape.B, c.shape.K);
+// The same for one GETT configuration run directly (same operands as cuda_error_of's by default).
+double gett_variant_error(const Case& c, const cuda::gett::Variant& variant, cuda::gett::Tuning tuning = {},
+                          std::uint32_t seed = 1234) {
+  return error_of_run(c, seed, variant.name, [&](const DeviceOperands& d) {
+    variant.run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr, tuning);
+  });
 }
 
 // Every configuration the library ships, forced on every shape and layout: it either refuses
