@@ -55,8 +55,10 @@ struct Gett {
   using StrideB = StrideA;
   using StrideD = cute::Stride<std::int64_t, cute::_1, std::int64_t>;
 
+  // The block tile: nested K mode for the mainloop (it tiles the (H, R) mode), flat for the
+  // epilogue builder.
   using MmaTile = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Shape<cute::Int<kTileK>>>;
-  using EpilogueTile = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
+  using BlockTile = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
   using Cluster = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
   using MainloopSchedule = std::conditional_t<kSchedule == Schedule::cooperative,
                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative,
@@ -68,7 +70,7 @@ struct Gett {
   // D = alpha * acc + bias[n] (no C operand); a null bias reads as zeros.
   using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<Output, Accumulator, Output, Output, Accumulator>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, EpilogueTile, Cluster,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, BlockTile, Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator, void, StrideD, kOutputAlignment,
       Output, StrideD, kOutputAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
