@@ -41,7 +41,10 @@ template <> struct Elements<DType::bfloat16> { using Input = cutlass::bfloat16_t
 template <> struct Elements<DType::float16> { using Input = cutlass::half_t; using Output = cutlass::half_t; };
 template <> struct Elements<DType::float32> { using Input = cutlass::tfloat32_t; using Output = float; };
 
-template <DType kDType, int kTileM, int kTileN, int kTileK, int kClusterM, int kClusterN, Schedule kSchedule>
+// kEpilogueM x kEpilogueN: the epilogue's sub-tile (each is staged through shared memory and stored
+// by TMA); 0 x 0 lets CUTLASS choose (64x32 for ping-pong, 128x32 for cooperative).
+template <DType kDType, int kTileM, int kTileN, int kTileK, int kClusterM, int kClusterN, Schedule kSchedule,
+          int kEpilogueM = 0, int kEpilogueN = 0>
 struct Gett {
   using Input = typename Elements<kDType>::Input;
   using Output = typename Elements<kDType>::Output;
@@ -67,11 +70,15 @@ struct Gett {
                                               cutlass::epilogue::TmaWarpSpecializedCooperative,
                                               cutlass::epilogue::TmaWarpSpecialized>;
 
+  using EpilogueSubtile = std::conditional_t<(kEpilogueM > 0),
+                                             cute::Shape<cute::Int<kEpilogueM>, cute::Int<kEpilogueN>>,
+                                             cutlass::epilogue::collective::EpilogueTileAuto>;
+
   // D = alpha * acc + bias[n] (no C operand); a null bias reads as zeros.
   using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<Output, Accumulator, Output, Output, Accumulator>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, BlockTile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator, void, StrideD, kOutputAlignment,
+      EpilogueSubtile, Accumulator, Accumulator, void, StrideD, kOutputAlignment,
       Output, StrideD, kOutputAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Input, StrideA, kInputAlignment, Input, StrideB,
