@@ -64,9 +64,9 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   const double latency_limit = exact_float32 ? (small_tiles ? 20e6 : 40e6) : tf32 ? 16e6 : 12e6;
   if (macs <= latency_limit && latency_kernel_why_not(p).empty()) return kKernels[kLatency];
   if (exact_float32 && p.outputs() >= 786432 && mma_gemm_why_not(p).empty()) return kKernels[kMma];
-  // TF32 stays with cuBLAS: the GETT's tensor cores truncate float32 operands to TF32 where cuBLAS
-  // rounds them, which made its error 2.5x cuBLAS's on a 1024-long reduction (forcing
-  // cuda_gett_sm90 still runs it, at cuBLAS's speed).
+  // TF32 stays with cuBLAS: the GETT's error was 2.5x cuBLAS TF32's on a 1024-long reduction
+  // (its tensor cores truncate the float32 operands; cuBLAS's result fits rounding them). Forcing
+  // cuda_gett_sm90 still runs it, at cuBLAS's speed.
   if (!exact_float32 && !tf32 && gett::outruns_unfused(p) && gett_why_not(p, options.fp32_precision).empty())
     return kKernels[kGett];
   if (unfused_why_not(p).empty()) return kKernels[kUnfused];
