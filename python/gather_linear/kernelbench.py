@@ -10,7 +10,7 @@ same weights.
 import torch
 from torch import nn
 
-from gather_linear.ops import forward
+from gather_linear.ops import forward_op
 
 R, B, H, K = 4, 12, 32, 56
 
@@ -35,12 +35,16 @@ class ModelNew(nn.Module):
         self.proj = nn.Linear(R * H, K, bias=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[0] * x.shape[2] != self.proj.in_features:
+        # Each submodule or parameter lookup goes through nn.Module.__getattr__: look each up once,
+        # since on the seed problem this Python is a large part of the call's host time.
+        proj = self.proj
+        weight = proj.weight
+        shape = x.shape
+        if len(shape) != 3 or shape[0] * shape[2] != weight.shape[1]:
             raise ValueError(
-                f"x: expected shape (R, B, H) with R*H == proj.in_features = {self.proj.in_features}, "
-                f"got {tuple(x.shape)}"
+                f"x: expected shape (R, B, H) with R*H == proj.in_features = {proj.in_features}, got {tuple(shape)}"
             )
-        return forward(x, self.proj.weight, self.proj.bias)
+        return forward_op(x, weight, proj.bias)
 
 
 def get_inputs():

@@ -14,14 +14,15 @@ import torch
 torch.ops.load_library(str(Path(__file__).with_name("libgather_linear_torch.so")))
 
 # Bound once: resolving the overload on each call would cost more than the tiny problems take.
-_forward_op = torch.ops.gather_linear.forward.default
+# The modules call it directly (one Python frame less than forward()).
+forward_op = torch.ops.gather_linear.forward.default
 
 
 def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y (B, K) = bias + cat([x[r] for r in range(R)], -1) @ weight.T, for x (R, B, H) with any
     strides and weight (K, R*H). Bad arguments raise ValueError (NotImplementedError for an
     unsupported dtype or device) whose message starts with the argument's name."""
-    return _forward_op(x, weight, bias)
+    return forward_op(x, weight, bias)
 
 
 @torch.library.register_fake("gather_linear::forward")
