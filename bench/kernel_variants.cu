@@ -71,7 +71,7 @@ struct Inputs {
   void* concatenated = nullptr;
   Inputs(const Shape& s, DType dtype_, cudaStream_t stream) : dtype(dtype_), element(dtype_size(dtype_)) {
     const std::size_t nx = s.R * s.B * s.H, nw = s.K * s.R * s.H, bytes = element * (nx + nw + s.K);
-    const int count = static_cast<int>(std::clamp<std::size_t>(2 * timing::gpu_l2_bytes(0) / bytes + 1, 1, 64));
+    const int count = timing::rotating_sets(bytes, 0);
     y = alloc(s.B * s.K);
     concatenated = alloc(nx);
     for (int i = 0; i < count; ++i) {

@@ -307,7 +307,7 @@ Report run_cuda(const Config& c) {
   const Reference ref = compute_reference(c, in);
   const std::size_t es = dtype_size(c.dtype);
   const std::size_t set_bytes = in.x.size() + in.weight.size() + in.bias.size();
-  const int sets = static_cast<int>(std::clamp<std::size_t>(2 * timing::gpu_l2_bytes(device) / std::max<std::size_t>(set_bytes, 1) + 1, 1, 64));
+  const int sets = timing::rotating_sets(set_bytes, device);
 
   DeviceSets d;
   const std::size_t y_bytes = static_cast<std::size_t>(c.B * c.K) * es;

@@ -97,6 +97,11 @@ GpuTiming time_gpu(const std::function<void(int set)>& launch, int sets, int rep
   return time_gpu_interleaved({launch}, sets, repeats, stream).front();
 }
 
+int rotating_sets(std::size_t set_bytes, int device) {
+  const std::size_t sets = 2 * gpu_l2_bytes(device) / std::max<std::size_t>(set_bytes, 1) + 1;
+  return static_cast<int>(std::clamp<std::size_t>(sets, 1, 64));
+}
+
 std::size_t gpu_l2_bytes(int device) {
   int bytes = 0;
   if (cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) return 0;

@@ -30,4 +30,8 @@ std::vector<GpuTiming> time_gpu_interleaved(const std::vector<std::function<void
 // Bytes of the GPU's L2 cache (0 without a GPU).
 std::size_t gpu_l2_bytes(int device);
 
+// How many input sets of `set_bytes` each to rotate through so that together they span twice
+// the L2 (1 to 64): repeated forwards then read their inputs from memory, not from L2.
+int rotating_sets(std::size_t set_bytes, int device);
+
 }  // namespace gather_linear::timing
