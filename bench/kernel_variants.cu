@@ -130,6 +130,15 @@ double disagreement(Inputs& in, const Run& variant, const Run& reference_run, cu
   return scale > 0 ? err / scale : err;
 }
 
+// One CSV row: shape, dtype, variant, graph-replay and launch times, TFLOP/s, disagreement.
+void print_row(const Shape& s, DType dtype, const std::string& variant, const timing::GpuTiming& t, double err) {
+  const double flops = 2.0 * s.B * s.K * s.R * s.H;
+  std::printf("%lld,%lld,%lld,%lld,%s,%s,%.3f,%.3f,%.2f,%.1e\n", (long long)s.R, (long long)s.B, (long long)s.H,
+              (long long)s.K, std::string(dtype_name(dtype)).c_str(), variant.c_str(), t.graph_us, t.event_us,
+              flops / t.graph_us / 1e6, err);
+  std::fflush(stdout);
+}
+
 void row(const Shape& s, const std::string& variant, Inputs& in, const Run& run, const Run& reference_run,
          cudaStream_t stream, bool check_result = true, int max_sets = 64) {
   const double err = check_result ? disagreement(in, run, reference_run, stream) : 0.0;
@@ -137,10 +146,7 @@ void row(const Shape& s, const std::string& variant, Inputs& in, const Run& run,
   const int repeats = static_cast<int>(std::clamp(2e10 / flops, 10.0, 200.0));
   const int sets = std::min(static_cast<int>(in.sets.size()), max_sets);
   const auto t = timing::time_gpu([&](int i) { run(in.sets[i], stream); }, sets, repeats, stream);
-  std::printf("%lld,%lld,%lld,%lld,%s,%s,%.3f,%.3f,%.2f,%.1e\n", (long long)s.R, (long long)s.B, (long long)s.H,
-              (long long)s.K, std::string(dtype_name(in.dtype)).c_str(), variant.c_str(), t.graph_us, t.event_us,
-              flops / t.graph_us / 1e6, err);
-  std::fflush(stdout);
+  print_row(s, in.dtype, variant, t, err);
 }
 
 template <int TB, int TK, int SPLIT, int UNROLL = 1, int WARPS = cuda::latency::kWarpsPerBlock>
@@ -282,11 +288,7 @@ void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidate
   const double flops = 2.0 * s.B * s.K * s.R * s.H;
   const int repeats = static_cast<int>(std::clamp(4e11 / flops, 10.0, 100.0));
   const auto timings = timing::time_gpu_interleaved(launches, static_cast<int>(in.sets.size()), repeats, stream);
-  for (std::size_t i = 0; i < candidates.size(); ++i)
-    std::printf("%lld,%lld,%lld,%lld,%s,%s,%.3f,%.3f,%.2f,%.1e\n", (long long)s.R, (long long)s.B, (long long)s.H,
-                (long long)s.K, std::string(dtype_name(in.dtype)).c_str(), candidates[i].name.c_str(),
-                timings[i].graph_us, timings[i].event_us, flops / timings[i].graph_us / 1e6, errors[i]);
-  std::fflush(stdout);
+  for (std::size_t i = 0; i < candidates.size(); ++i) print_row(s, in.dtype, candidates[i].name, timings[i], errors[i]);
 }
 
 // GETT configurations and scheduler settings against cuBLASLt GEMM-only on the pre-concatenated
