@@ -10,13 +10,16 @@
 // Times: median per forward over CUDA-graph replays, rotating input sets past L2.
 //
 //   kernel_variants [latency|gemm|gemm_exact|gett|gett_large|all]   > variants.csv
+//   kernel_variants gett_large R,B,H,K                  > variants.csv   (that shape only, bfloat16)
 //   kernel_variants host                                 > host.csv
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -293,10 +296,13 @@ void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidate
 
 // GETT configurations and scheduler settings against cuBLASLt GEMM-only on the pre-concatenated
 // input (bfloat16, TF32; float16 spot checks), plus exact float32 (3xTF32 mma) against SGEMM-only.
-void gett_sweep(cudaStream_t stream, bool targets_only) {
+// `only`, when given, replaces the shape list and limits the sweep to bfloat16 (with the scheduler
+// sweep), to explore one shape's configurations in little GPU time.
+void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shape>& only) {
   namespace gett = cuda::gett;
-  const Shape shapes[] = {{8, 8192, 512, 4096}, {32, 8192, 128, 4096}, {4, 16384, 64, 8192}, {16, 4096, 128, 2048},
-                          {8, 1024, 128, 1024}, {4, 4096, 32, 2048},   {12, 4096, 64, 768},  {32, 1024, 128, 4096}};
+  std::vector<Shape> shapes = {{8, 8192, 512, 4096}, {32, 8192, 128, 4096}, {4, 16384, 64, 8192}, {16, 4096, 128, 2048},
+                               {8, 1024, 128, 1024}, {4, 4096, 32, 2048},   {12, 4096, 64, 768},  {32, 1024, 128, 4096}};
+  if (only) shapes = {*only};
   std::vector<const gett::Variant*> variants = gett::library_variants();
   const std::size_t kShipped = variants.size();
   for (const gett::Variant& candidate : gett_candidates()) variants.push_back(&candidate);
@@ -304,9 +310,10 @@ void gett_sweep(cudaStream_t stream, bool targets_only) {
       {"sw2_m", {2, gett::Raster::along_m}}, {"sw4_m", {4, gett::Raster::along_m}}, {"sw8_m", {8, gett::Raster::along_m}},
       {"sw2_n", {2, gett::Raster::along_n}}, {"sw4_n", {4, gett::Raster::along_n}}, {"sw8_n", {8, gett::Raster::along_n}}};
   for (const Shape& s : shapes) {
-    const bool target = s.B * s.K >= 8192 * 4096;  // the largest shapes also get the scheduler sweep
+    const bool target = only || s.B * s.K >= 8192 * 4096;  // the largest shapes also get the scheduler sweep
     if (targets_only && !target) continue;
     for (DType dtype : {DType::bfloat16, DType::float16, DType::float32}) {
+      if (only && dtype != DType::bfloat16) continue;
       const bool spot_check = dtype == DType::float16;  // same kernels as bfloat16: shipped ones only
       if (spot_check && !target) continue;
       Inputs in(s, dtype, stream);
@@ -411,7 +418,16 @@ int main(int argc, char** argv) {
   if (which == "latency" || which == "all") latency_sweep(stream);
   if (which == "gemm" || which == "all") gemm_sweep(stream, false);
   if (which == "gemm_exact") gemm_sweep(stream, true);
-  if (which == "gett" || which == "all") gett_sweep(stream, false);
-  if (which == "gett_large") gett_sweep(stream, true);
+  std::optional<Shape> only;
+  if (argc > 2) {
+    Shape s{};
+    if (std::sscanf(argv[2], "%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64, &s.R, &s.B, &s.H, &s.K) != 4) {
+      std::fprintf(stderr, "kernel_variants: expected the shape as R,B,H,K, got '%s'\n", argv[2]);
+      return 2;
+    }
+    only = s;
+  }
+  if (which == "gett" || which == "all") gett_sweep(stream, false, only);
+  if (which == "gett_large") gett_sweep(stream, true, only);
   return 0;
 }
