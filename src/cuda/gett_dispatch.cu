@@ -49,9 +49,12 @@ std::string shape_why_not(const Problem& problem, int tile_k, std::size_t elemen
 }
 
 std::vector<const Variant*> library_variants() {
-  return {&bf16_pingpong_128x128_c2x1(), &bf16_cooperative_128x256(), &bf16_cooperative_128x128(),
-          &f16_pingpong_128x128_c2x1(),  &f16_cooperative_128x256(),  &f16_cooperative_128x128(),
-          &tf32_pingpong_128x128(),      &tf32_cooperative_128x256(), &tf32_cooperative_128x128()};
+  return {&bf16_pingpong_128x128_c2x1_epi64x64(), &bf16_pingpong_128x128_c2x1_epi64x128(),
+          &bf16_cooperative_128x256(),            &bf16_cooperative_128x128(),
+          &f16_pingpong_128x128_c2x1_epi64x64(),  &f16_pingpong_128x128_c2x1_epi64x128(),
+          &f16_cooperative_128x256(),             &f16_cooperative_128x128(),
+          &tf32_pingpong_128x128(),               &tf32_cooperative_128x256(),
+          &tf32_cooperative_128x128()};
 }
 
 // Measured on an H200 (bench/kernel_variants.cu gett, bench/results/gett_tuning_h200.csv).
@@ -64,10 +67,14 @@ Choice choose(const Problem& p) {
   const double square = tiles(128, 128), wide = tiles(128, 256);
   // Many waves of tiles, or short reductions (epilogue-bound): ping-pong, which overlaps one
   // warpgroup's epilogue with the other's mainloop, was fastest (16-bit with a 2x1 cluster that
-  // multicasts W's tiles): 0.98-0.995x cuBLAS's time on the largest problems.
+  // multicasts W's tiles): about 0.96x cuBLAS's time on the largest problems. Its epilogue
+  // sub-tile: 64x128 where writing y bounds the time (R*H <= 256: 0.98x cuBLAS at
+  // (4,16384,64,8192), against 1.02x with 64x64), 64x64 for deeper reductions, whose mainloop
+  // needs the shared memory that 64x128 staging takes (1.07x cuBLAS with 64x128 there).
   if (p.RH <= 256 || square >= 3.5 * sms) {
     if (tf32) return {&tf32_pingpong_128x128(), {}};
-    return {f16 ? &f16_pingpong_128x128_c2x1() : &bf16_pingpong_128x128_c2x1(), {}};
+    if (p.RH <= 256) return {f16 ? &f16_pingpong_128x128_c2x1_epi64x128() : &bf16_pingpong_128x128_c2x1_epi64x128(), {}};
+    return {f16 ? &f16_pingpong_128x128_c2x1_epi64x64() : &bf16_pingpong_128x128_c2x1_epi64x64(), {}};
   }
   // A few waves: the 128x256 tile moves the fewest bytes per multiply-add, unless it leaves much
   // more of the last wave idle than 128x128 tiles would (share of SMs the last wave keeps busy).

@@ -41,10 +41,12 @@ std::string shape_why_not(const Problem& p, int tile_k, std::size_t element_byte
 Problem with_canonical_unit_strides(const Problem& p);
 
 // The library's configurations, each defined in gett_<name>.cu.
-const Variant& bf16_pingpong_128x128_c2x1();
+const Variant& bf16_pingpong_128x128_c2x1_epi64x64();
+const Variant& bf16_pingpong_128x128_c2x1_epi64x128();
 const Variant& bf16_cooperative_128x256();
 const Variant& bf16_cooperative_128x128();
-const Variant& f16_pingpong_128x128_c2x1();
+const Variant& f16_pingpong_128x128_c2x1_epi64x64();
+const Variant& f16_pingpong_128x128_c2x1_epi64x128();
 const Variant& f16_cooperative_128x256();
 const Variant& f16_cooperative_128x128();
 const Variant& tf32_pingpong_128x128();
