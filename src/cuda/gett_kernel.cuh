@@ -112,15 +112,56 @@ struct Gett {
     return args;
   }
 
-  static std::string why_not(const Problem& p) {
-    if (p.dtype != kDType) return "compiled for " + std::string(dtype_name(kDType)) + " inputs";
-    if (std::string why = shape_why_not(p, kTileK, sizeof(Input)); !why.empty()) return why;
-    if (!Kernel::can_implement(arguments(p, {})))
-      return "CUTLASS cannot implement this problem (alignment of x, weight or y)";
-    return {};
+  // What the dispatcher asks of one problem, in the order it asks: whether the configuration can
+  // run it, its workspace, then the kernel's parameters (three TMA descriptors among them). All of
+  // it depends only on the problem's pointers, extents and strides and the tuning, so it is
+  // worked out once per problem and kept for the last few problems on this thread: one forward
+  // builds CUTLASS's arguments once, and calls that repeat a problem (a training loop under a
+  // caching allocator, a graph captured again) build nothing.
+  using Params = typename Kernel::Params;
+  using Key = std::array<std::int64_t, 18>;
+  struct Plan {
+    Key key{};
+    std::string why_not;  // empty when the configuration can run the problem
+    std::size_t workspace_bytes = 0;
+    Params params{};  // set when why_not is empty and there is no workspace
+  };
+
+  static Key key_of(const Problem& p, Tuning tuning) {
+    const auto address = [](const void* ptr) { return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(ptr)); };
+    return {p.R, p.B, p.H, p.K, p.x_stride_r, p.x_stride_b, p.x_stride_h, p.weight_stride_k, p.y_stride_b,
+            address(p.x), address(p.weight), address(p.bias), address(p.y), static_cast<std::int64_t>(p.dtype), p.device.index,
+            multiprocessor_count(p.device.index), tuning.max_swizzle, static_cast<std::int64_t>(tuning.raster)};
   }
 
-  static std::size_t workspace_bytes(const Problem& p) { return Kernel::get_workspace_size(arguments(p, {})); }
+  static const Plan& plan_for(const Problem& p, Tuning tuning) {
+    constexpr int kPlans = 4;
+    thread_local std::array<Plan, kPlans> recent{};
+    thread_local int filled = 0, next = 0;
+    const Key key = key_of(p, tuning);
+    for (int i = 0; i < filled; ++i)
+      if (recent[i].key == key) return recent[i];
+    Plan& plan = recent[next];
+    next = (next + 1) % kPlans;
+    filled = std::min(filled + 1, kPlans);
+    plan.key = key;
+    plan.workspace_bytes = 0;
+    plan.why_not = p.dtype != kDType ? "compiled for " + std::string(dtype_name(kDType)) + " inputs"
+                                     : shape_why_not(p, kTileK, sizeof(Input));
+    if (!plan.why_not.empty()) return plan;
+    const Arguments args = arguments(p, tuning);
+    if (!Kernel::can_implement(args)) {
+      plan.why_not = "CUTLASS cannot implement this problem (alignment of x, weight or y)";
+      return plan;
+    }
+    plan.workspace_bytes = Kernel::get_workspace_size(args);
+    if (plan.workspace_bytes == 0) plan.params = Kernel::to_underlying_arguments(args, nullptr);
+    return plan;
+  }
+
+  static std::string why_not(const Problem& p) { return plan_for(p, {}).why_not; }
+
+  static std::size_t workspace_bytes(const Problem& p) { return plan_for(p, {}).workspace_bytes; }
 
   static void run(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning) {
     const Params& params = params_for(p, workspace, stream, tuning);
@@ -140,43 +181,16 @@ struct Gett {
     check(cudaLaunchKernelEx(&config, kernel, params), "gett kernel launch");
   }
 
-  // The kernel's parameters, three TMA descriptors among them, depend only on the problem's
-  // pointers, extents and strides and the tuning. Calls that repeat them (a training loop under a
-  // caching allocator, a graph captured again) reuse the parameters of one of the last few calls
-  // on this thread instead of encoding the descriptors again.
-  using Params = typename Kernel::Params;
-  using Key = std::array<std::int64_t, 17>;
-  static Key key_of(const Problem& p, Tuning tuning) {
-    const auto address = [](const void* ptr) { return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(ptr)); };
-    return {p.R, p.B, p.H, p.K, p.x_stride_r, p.x_stride_b, p.x_stride_h, p.weight_stride_k, p.y_stride_b,
-            address(p.x), address(p.weight), address(p.bias), address(p.y), p.device.index,
-            multiprocessor_count(p.device.index), tuning.max_swizzle, static_cast<std::int64_t>(tuning.raster)};
-  }
   static const Params& params_for(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning) {
-    struct Entry {
-      Key key{};
-      Params params{};
-    };
-    constexpr int kEntries = 4;
-    thread_local std::array<Entry, kEntries> recent{};
-    thread_local int filled = 0, next = 0;
-    if (workspace.bytes != 0) {  // scratch the kernel writes: never shared between calls
-      const Arguments args = arguments(p, tuning);
-      thread_local Params uncached{};
-      uncached = Kernel::to_underlying_arguments(args, workspace.data);
-      if (Kernel::initialize_workspace(args, workspace.data, stream) != cutlass::Status::kSuccess)
-        throw Error(ErrorCode::cuda_error, "workspace", "CUTLASS could not initialise its workspace");
-      return uncached;
-    }
-    const Key key = key_of(p, tuning);
-    for (int i = 0; i < filled; ++i)
-      if (recent[i].key == key) return recent[i].params;
-    Entry& entry = recent[next];
-    entry.key = key;
-    entry.params = Kernel::to_underlying_arguments(arguments(p, tuning), nullptr);
-    next = (next + 1) % kEntries;
-    filled = std::min(filled + 1, kEntries);
-    return entry.params;
+    const Plan& plan = plan_for(p, tuning);
+    if (plan.workspace_bytes == 0) return plan.params;
+    // Scratch the kernel writes: its parameters point into this call's workspace.
+    const Arguments args = arguments(p, tuning);
+    thread_local Params with_workspace{};
+    with_workspace = Kernel::to_underlying_arguments(args, workspace.data);
+    if (Kernel::initialize_workspace(args, workspace.data, stream) != cutlass::Status::kSuccess)
+      throw Error(ErrorCode::cuda_error, "workspace", "CUTLASS could not initialise its workspace");
+    return with_workspace;
   }
 
   // Blocks need more than the default 48 KB of shared memory; the limit is raised once per device.
