@@ -64,4 +64,17 @@ inline bool gather_vectorizable(const Problem& p, int n) {
          aligned_to(p.weight, 16);
 }
 
+// The operands and element strides every fused kernel reads: one block of its kernel parameters.
+struct Operands {
+  const void* x;
+  const void* weight;
+  const void* bias;  // null: no bias
+  void* y;
+  std::int64_t x_stride_r, x_stride_b, x_stride_h, weight_stride_k, y_stride_b;
+};
+
+inline Operands operands_of(const Problem& p) {
+  return {p.x, p.weight, p.bias, p.y, p.x_stride_r, p.x_stride_b, p.x_stride_h, p.weight_stride_k, p.y_stride_b};
+}
+
 }  // namespace gather_linear::cuda

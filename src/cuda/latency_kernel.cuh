@@ -39,13 +39,9 @@ struct FastDivider {
 // Sizes and tile counts that index threads fit in 31 bits (latency_kernel_why_not checks), so
 // the per-lane index arithmetic is 32-bit; element offsets stay 64-bit.
 struct LatencyArgs {
-  const void* x;
-  const void* weight;
-  const void* bias;
-  void* y;
-  std::uint32_t B, H, K, RH;
+  Operands operands;
+  std::uint32_t B, H, K, RH;  // 32-bit index arithmetic (latency_kernel_why_not bounds the extents)
   FastDivider slice, k_tiles;  // c -> r = c / H;  tile -> row tile = tile / k_tiles
-  std::int64_t x_stride_r, x_stride_b, x_stride_h, weight_stride_k, y_stride_b;
 };
 
 constexpr int kWarpsPerBlock = 4;
@@ -72,9 +68,9 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
   const std::uint32_t row_tile = a.k_tiles.quotient(tile);
   const std::uint32_t b0 = row_tile * TB, k0 = (tile - row_tile * a.k_tiles.divisor) * TK;
   const bool active = b0 < a.B;  // idle groups still take part in the warp's shuffles
-  const T* x = static_cast<const T*>(a.x);
-  const T* w = static_cast<const T*>(a.weight);
-  const T* bias = static_cast<const T*>(a.bias);
+  const T* x = static_cast<const T*>(a.operands.x);
+  const T* w = static_cast<const T*>(a.operands.weight);
+  const T* bias = static_cast<const T*>(a.operands.bias);
   wait_for_prerequisite_grid();
 
   // Lane i*TK + j writes output (b0 + i, k0 + j); its bias load is issued with the others
@@ -95,9 +91,9 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
 #pragma unroll
       for (int i = 0; i < TB; ++i) {
         if (c < a.RH && b0 + i < a.B) {
-          const T* row = x + r * a.x_stride_r + (b0 + i) * a.x_stride_b;
+          const T* row = x + r * a.operands.x_stride_r + (b0 + i) * a.operands.x_stride_b;
           if constexpr (VEC == 1)
-            xv[u][i][0] = to_float(row[h * a.x_stride_h]);
+            xv[u][i][0] = to_float(row[h * a.operands.x_stride_h]);
           else
             load_as_float<T, VEC>(row + h, xv[u][i]);
         } else {
@@ -108,7 +104,7 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
 #pragma unroll
       for (int j = 0; j < TK; ++j) {
         if (c < a.RH && k0 + j < a.K) {
-          load_as_float<T, VEC>(w + (k0 + j) * a.weight_stride_k + c, wv[u][j]);
+          load_as_float<T, VEC>(w + (k0 + j) * a.operands.weight_stride_k + c, wv[u][j]);
         } else {
 #pragma unroll
           for (int v = 0; v < VEC; ++v) wv[u][j][v] = 0.f;
@@ -134,7 +130,7 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
         acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], offset);
       if (out_i == i && out_j == j) mine = acc[i][j];
     }
-  if (writes) static_cast<T*>(a.y)[(b0 + out_i) * a.y_stride_b + k0 + out_j] = from_float<T>(mine + bias_value);
+  if (writes) static_cast<T*>(a.operands.y)[(b0 + out_i) * a.operands.y_stride_b + k0 + out_j] = from_float<T>(mine + bias_value);
 }
 
 // Enqueues the kernel: TB x TK output tiles per group of SPLIT lanes, VEC-element loads,
@@ -144,10 +140,8 @@ template <class T, int VEC, int TB, int TK, int SPLIT, int UNROLL, int WARPS = k
 void launch(const Problem& p, CudaStream stream, bool programmatic = true) {
   const auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
   const std::int64_t k_tiles = (p.K + TK - 1) / TK, tiles = (p.B + TB - 1) / TB * k_tiles;
-  const LatencyArgs args{p.x,        p.weight,       p.bias,          p.y,
-                         u32(p.B),   u32(p.H),       u32(p.K),        u32(p.RH),
-                         FastDivider(u32(p.H)), FastDivider(u32(k_tiles)), p.x_stride_r, p.x_stride_b,
-                         p.x_stride_h, p.weight_stride_k, p.y_stride_b};
+  const LatencyArgs args{operands_of(p), u32(p.B), u32(p.H), u32(p.K), u32(p.RH), FastDivider(u32(p.H)),
+                         FastDivider(u32(k_tiles))};
   const std::int64_t blocks = (tiles * SPLIT + WARPS * 32 - 1) / (WARPS * 32);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));

@@ -45,12 +45,8 @@ template <> struct ModeTraits<Mode::f16> { using Element = __half; };
 template <> struct ModeTraits<Mode::bf16> { using Element = __nv_bfloat16; };
 
 struct MmaArgs {
-  const void* x;
-  const void* weight;
-  const void* bias;
-  void* y;
+  Operands operands;  // x's h stride is 1 (16-byte chunks)
   std::int64_t B, H, K, RH;
-  std::int64_t x_stride_r, x_stride_b, weight_stride_k, y_stride_b;
   std::int64_t tiles_m, tiles_n;
 };
 
@@ -151,27 +147,27 @@ __global__ void __launch_bounds__(Config::kThreads) mma_gemm_kernel(const MmaArg
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / (BN / WN), warp_n = warp % (BN / WN);
-  const T* x = static_cast<const T*>(a.x);
-  const T* w = static_cast<const T*>(a.weight);
+  const T* x = static_cast<const T*>(a.operands.x);
+  const T* w = static_cast<const T*>(a.operands.weight);
   const int chunk = tid % kChunks, first_row = tid / kChunks;  // this thread's copy slots
 
   auto load_tile = [&](std::int64_t k_tile, int stage) {
     const std::int64_t c = k_tile * BK + chunk * EPC;
     const bool c_valid = c < a.RH;
     const std::int64_t r = c / a.H, h = c - r * a.H;
-    const T* x_chunk = x + r * a.x_stride_r + h;
+    const T* x_chunk = x + r * a.operands.x_stride_r + h;
     const std::uint32_t a_stage = shared_base + stage * Config::kStageBytes;
     const std::uint32_t w_stage = a_stage + BM * kRowBytes;
 #pragma unroll
     for (int row = first_row; row < BM; row += ROWS_PER_PASS) {
       const bool valid = c_valid && m0 + row < a.B;
-      const T* src = valid ? x_chunk + (m0 + row) * a.x_stride_b : x;
+      const T* src = valid ? x_chunk + (m0 + row) * a.operands.x_stride_b : x;
       copy_chunk_async(a_stage + row * kRowBytes + ((chunk ^ (row & 7)) << 4), src, valid);
     }
 #pragma unroll
     for (int row = first_row; row < BN; row += ROWS_PER_PASS) {
       const bool valid = c_valid && n0 + row < a.K;
-      const T* src = valid ? w + (n0 + row) * a.weight_stride_k + c : w;
+      const T* src = valid ? w + (n0 + row) * a.operands.weight_stride_k + c : w;
       copy_chunk_async(w_stage + row * kRowBytes + ((chunk ^ (row & 7)) << 4), src, valid);
     }
   };
@@ -261,8 +257,8 @@ __global__ void __launch_bounds__(Config::kThreads) mma_gemm_kernel(const MmaArg
   }
 
   // Accumulator layout of m16n8: c0, c1 at (row g, cols 2t, 2t+1); c2, c3 at row g + 8.
-  const T* bias = static_cast<const T*>(a.bias);
-  T* y = static_cast<T*>(a.y);
+  const T* bias = static_cast<const T*>(a.operands.bias);
+  T* y = static_cast<T*>(a.operands.y);
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -278,7 +274,7 @@ __global__ void __launch_bounds__(Config::kThreads) mma_gemm_kernel(const MmaArg
         if (row >= a.B) continue;
 #pragma unroll
         for (int j = 0; j < 2; ++j)
-          if (col + j < a.K) y[row * a.y_stride_b + col + j] = from_float<T>(acc[mt][nt][half * 2 + j] + bias_pair[j]);
+          if (col + j < a.K) y[row * a.operands.y_stride_b + col + j] = from_float<T>(acc[mt][nt][half * 2 + j] + bias_pair[j]);
       }
   }
 }
@@ -287,8 +283,7 @@ __global__ void __launch_bounds__(Config::kThreads) mma_gemm_kernel(const MmaArg
 template <Mode MODE, class Config>
 void launch(const Problem& p, CudaStream stream) {
   const std::int64_t tiles_m = (p.B + Config::kBM - 1) / Config::kBM, tiles_n = (p.K + Config::kBN - 1) / Config::kBN;
-  const MmaArgs args{p.x, p.weight, p.bias, p.y, p.B, p.H, p.K, p.RH, p.x_stride_r, p.x_stride_b,
-                     p.weight_stride_k, p.y_stride_b, tiles_m, tiles_n};
+  const MmaArgs args{operands_of(p), p.B, p.H, p.K, p.RH, tiles_m, tiles_n};
   static std::atomic<bool> shared_limit_raised[64];
   if (!shared_limit_raised[p.device.index % 64].load(std::memory_order_acquire)) {
     check(cudaFuncSetAttribute(mma_gemm_kernel<MODE, Config>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -23,12 +23,8 @@ namespace gather_linear::cuda {
 namespace {
 
 struct SimtArgs {
-  const void* x;
-  const void* weight;
-  const void* bias;
-  void* y;
+  Operands operands;
   std::int64_t B, H, K, RH;
-  std::int64_t x_stride_r, x_stride_b, x_stride_h, weight_stride_k, y_stride_b;
   std::int64_t tiles_n;  // column tiles: the grid is 1-D, tile = row_tile * tiles_n + column_tile
 };
 
@@ -49,8 +45,8 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
   const int tid = threadIdx.x;
   const std::int64_t m0 = (blockIdx.x / a.tiles_n) * BM;  // first row b
   const std::int64_t n0 = (blockIdx.x % a.tiles_n) * BN;  // first column k
-  const T* x = static_cast<const T*>(a.x);
-  const T* w = static_cast<const T*>(a.weight);
+  const T* x = static_cast<const T*>(a.operands.x);
+  const T* w = static_cast<const T*>(a.operands.weight);
 
   float a_next[LOADS_A][VEC], w_next[LOADS_W][VEC];
   auto load_step = [&](std::int64_t k0) {
@@ -61,9 +57,9 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
       if (b < a.B && c < a.RH) {  // with VEC > 1, RH % VEC == 0: a group is all in or all out
         const std::int64_t r = c / a.H, h = c - r * a.H;
         if constexpr (VEC == 1)
-          a_next[i][0] = to_float(x[r * a.x_stride_r + b * a.x_stride_b + h * a.x_stride_h]);
+          a_next[i][0] = to_float(x[r * a.operands.x_stride_r + b * a.operands.x_stride_b + h * a.operands.x_stride_h]);
         else
-          load_as_float<T, VEC>(x + r * a.x_stride_r + b * a.x_stride_b + h, a_next[i]);
+          load_as_float<T, VEC>(x + r * a.operands.x_stride_r + b * a.operands.x_stride_b + h, a_next[i]);
       } else {
 #pragma unroll
         for (int v = 0; v < VEC; ++v) a_next[i][v] = 0.f;
@@ -74,7 +70,7 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
       const int g = tid + i * THREADS;
       const std::int64_t n = n0 + g / GROUPS, c = k0 + (g % GROUPS) * VEC;
       if (n < a.K && c < a.RH) {
-        load_as_float<T, VEC>(w + n * a.weight_stride_k + c, w_next[i]);
+        load_as_float<T, VEC>(w + n * a.operands.weight_stride_k + c, w_next[i]);
       } else {
 #pragma unroll
         for (int v = 0; v < VEC; ++v) w_next[i][v] = 0.f;
@@ -122,8 +118,8 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
     buf ^= 1;
   }
 
-  const T* bias = static_cast<const T*>(a.bias);
-  T* y = static_cast<T*>(a.y);
+  const T* bias = static_cast<const T*>(a.operands.bias);
+  T* y = static_cast<T*>(a.operands.y);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const std::int64_t b = m0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + i - 4);
@@ -131,7 +127,7 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const std::int64_t n = n0 + (j < 4 ? tx * 4 + j : BN / 2 + tx * 4 + j - 4);
-      if (n < a.K) y[b * a.y_stride_b + n] = from_float<T>(acc[i][j] + (bias ? to_float(bias[n]) : 0.f));
+      if (n < a.K) y[b * a.operands.y_stride_b + n] = from_float<T>(acc[i][j] + (bias ? to_float(bias[n]) : 0.f));
     }
   }
 }
@@ -139,8 +135,7 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
 template <class T, int BM, int BN, int VEC>
 void launch(const Problem& p, CudaStream stream) {
   const std::int64_t tiles_n = (p.K + BN - 1) / BN, tiles = (p.B + BM - 1) / BM * tiles_n;
-  const SimtArgs args{p.x, p.weight, p.bias, p.y, p.B, p.H, p.K, p.RH, p.x_stride_r,
-                      p.x_stride_b, p.x_stride_h, p.weight_stride_k, p.y_stride_b, tiles_n};
+  const SimtArgs args{operands_of(p), p.B, p.H, p.K, p.RH, tiles_n};
   simt_gemm_kernel<T, BM, BN, VEC><<<static_cast<unsigned>(tiles), kThreads<BM, BN>, 0, stream>>>(args);
   check_launch("simt_gemm_kernel");
 }
