@@ -5,7 +5,9 @@
    5 correctness trials on fresh inputs (atol = rtol = 1e-4); then per model 3 warm-ups and 100
    trials of: synchronize, write a 256 MB buffer (flushes L2), CUDA-event pair around one forward,
    synchronize. Reported: mean (and min) of the trials, speedup = Model mean / ModelNew mean.
-   Run under torch.no_grad(), as KernelBench's evaluation does, and with grad enabled.
+   Run under torch.no_grad(), as KernelBench's evaluation does, and with grad enabled. The
+   protocol's floor, one 1-element fill kernel timed the same way, is listed beside ModelNew
+   (its "speedup" column is then ModelNew's time over the floor's).
 2. Back-to-back: many forward calls of the eager Model and of GatherLinear (the same weights),
    one synchronize at the end; per-call time = wall time / calls. Host overhead included, which
    is what dominates a problem this small.
@@ -98,6 +100,11 @@ def main():
             rows.append(("kernelbench_event_min", mode, "Model", min(ref), "ModelNew", min(new)))
             rows.append(("back_to_back_per_call", mode, "Model", back_to_back_us(model, x),
                          "GatherLinear", back_to_back_us(gather, x)))
+            if mode == "no_grad":
+                tiny = torch.empty(1, device="cuda")
+                floor = kernelbench_times_us(lambda _: tiny.zero_(), x, flush_buffer)
+                rows.append(("protocol_floor_mean", mode, "ModelNew", statistics.mean(new), "one_fill_kernel",
+                             statistics.mean(floor)))
 
     shape = {"R": kernelbench.R, "B": kernelbench.B, "H": kernelbench.H, "K": kernelbench.K}
     device = torch.cuda.get_device_name()
