@@ -50,6 +50,10 @@ if [[ $phase == bench || $phase == all ]]; then
   step "GETT on the largest shapes"
   timeout 120 build/gpu/bench/kernel_variants gett_large > "$out/gett_large.csv" 2>&1 || status=1
 
+  step "host time per forward"
+  timeout 60 build/gpu/bench/kernel_variants host > "$out/host_overhead.csv" 2>&1 || status=1
+  cat "$out/host_overhead.csv"
+
   step "op over library"
   timeout 100 python3 bench/op_overhead.py --cli build/gpu/tools/gather-linear "$out/op_overhead.csv" || status=1
 
