@@ -12,14 +12,13 @@ time is listed too (no launch gaps at all).
 """
 
 import argparse
-import csv
 import json
 import subprocess
-from pathlib import Path
 
 import torch
 
 import gather_linear
+from torch_bench import per_call_us, rotating_input_sets, write_csv
 
 SHAPES = [  # R, B, H, K, dtype
     (8, 1024, 128, 1024, torch.float32),
@@ -33,29 +32,10 @@ CLI_DTYPE = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
 def op_time_us(R, B, H, K, dtype, calls=50):
-    set_bytes = (R * B * H + K * R * H + K) * torch.finfo(dtype).bits // 8
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    sets = max(1, min(64, 2 * l2 // set_bytes + 1))
-    inputs = [
-        (torch.rand(R, B, H, device="cuda", dtype=dtype) - 0.5,
-         torch.rand(K, R * H, device="cuda", dtype=dtype) - 0.5,
-         torch.rand(K, device="cuda", dtype=dtype) - 0.5)
-        for _ in range(sets)
-    ]
+    inputs = rotating_input_sets(R, B, H, K, dtype)
     with torch.no_grad():
-        for x, w, b in inputs:
-            gather_linear.forward(x, w, b)
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(5):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for i in range(calls):
-                x, w, b = inputs[i % sets]
-                gather_linear.forward(x, w, b)
-            stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) * 1000 / calls)
+        per_call_us(gather_linear.forward, inputs, len(inputs))  # warm-up
+        samples = [per_call_us(gather_linear.forward, inputs, calls) for _ in range(5)]
     return sorted(samples)[len(samples) // 2]
 
 
@@ -84,12 +64,7 @@ def main():
                          torch=torch.__version__))
         print(f"{R:>4} {B:>6} {H:>4} {K:>5} {rows[-1]['dtype']:>9} {kernel:>22} {lib_graph_us:>10.2f} "
               f"{lib_us:>9.2f} {op_us:>9.2f} {ratio:>7.4f}")
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {args.csv}")
+    write_csv(args.csv, rows)
 
 
 if __name__ == "__main__":

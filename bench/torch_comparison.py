@@ -12,13 +12,12 @@ float32 runs twice: exact (PyTorch's default, no TF32) and with TF32 allowed for
 """
 
 import argparse
-import csv
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import gather_linear
+from torch_bench import per_call_us, rotating_input_sets, write_csv
 
 SHAPES = [(8, 8192, 512, 4096), (32, 8192, 128, 4096), (4, 16384, 64, 8192)]
 MODES = [  # name, dtype, TF32 allowed (float16 runs the same kernels as bfloat16)
@@ -30,27 +29,6 @@ MODES = [  # name, dtype, TF32 allowed (float16 runs the same kernels as bfloat1
 
 def eager(x, weight, bias):
     return F.linear(torch.cat([x[r] for r in range(x.shape[0])], dim=-1), weight, bias)
-
-
-def input_sets(R, B, H, K, dtype):
-    set_bytes = (R * B * H + K * R * H + K) * torch.finfo(dtype).bits // 8
-    count = max(2, min(64, 2 * torch.cuda.get_device_properties(0).L2_cache_size // set_bytes + 1))
-    return [
-        (torch.rand(R, B, H, device="cuda", dtype=dtype) - 0.5,
-         torch.rand(K, R * H, device="cuda", dtype=dtype) - 0.5,
-         torch.rand(K, device="cuda", dtype=dtype) - 0.5)
-        for _ in range(count)
-    ]
-
-
-def per_call_us(fn, sets, calls):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(calls):
-        fn(*sets[i % len(sets)])
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) * 1000 / calls
 
 
 def main():
@@ -67,7 +45,7 @@ def main():
             torch._dynamo.reset()  # compiled for this shape and dtype alone (no dynamic shapes)
             compiled = torch.compile(eager, dynamic=False)
             candidates = {"eager": eager, "torch_compile": compiled, "gather_linear": gather_linear.forward}
-            sets = input_sets(R, B, H, K, dtype)
+            sets = rotating_input_sets(R, B, H, K, dtype, minimum=2)
             calls = max(10, int(2e12 / (2 * B * K * R * H)))  # about 2 TFLOP per timed run
             with torch.no_grad():
                 reference = eager(*sets[0])
@@ -89,12 +67,7 @@ def main():
             print(f"{R:>3} {B:>6} {H:>4} {K:>5} {mode:>9} {us['eager']:>9.1f} {us['torch_compile']:>10.1f} "
                   f"{us['gather_linear']:>9.1f} {rows[-1]['eager_over_ours']:>10} {rows[-1]['compile_over_ours']:>12}")
             del sets
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {args.csv}")
+    write_csv(args.csv, rows)
 
 
 if __name__ == "__main__":

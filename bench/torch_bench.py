@@ -1,0 +1,41 @@
+"""What the PyTorch benchmarks (op_overhead.py, torch_comparison.py) share: rotating input sets,
+back-to-back timing by one CUDA-event pair, and the CSV they write."""
+
+import csv
+from pathlib import Path
+
+import torch
+
+
+def rotating_input_sets(R, B, H, K, dtype, minimum=1):
+    """(x, weight, bias) sets, uniform in [-0.5, 0.5), enough of them (up to 64) to span twice the
+    L2, so a problem that outgrows the L2 is read from HBM on every call."""
+    set_bytes = (R * B * H + K * R * H + K) * torch.finfo(dtype).bits // 8
+    count = max(minimum, min(64, 2 * torch.cuda.get_device_properties(0).L2_cache_size // set_bytes + 1))
+    return [
+        (torch.rand(R, B, H, device="cuda", dtype=dtype) - 0.5,
+         torch.rand(K, R * H, device="cuda", dtype=dtype) - 0.5,
+         torch.rand(K, device="cuda", dtype=dtype) - 0.5)
+        for _ in range(count)
+    ]
+
+
+def per_call_us(fn, sets, calls):
+    """fn called back to back over the sets, `calls` times, timed by one event pair: µs per call."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(calls):
+        fn(*sets[i % len(sets)])
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) * 1000 / calls
+
+
+def write_csv(path, rows):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {path}")
