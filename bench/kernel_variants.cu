@@ -408,6 +408,16 @@ void host_sweep(cudaStream_t stream) {
 int main(int argc, char** argv) {
   using namespace gather_linear::bench;
   const std::string which = argc > 1 ? argv[1] : "all";
+  // Parsed before any sweep runs, so that a malformed shape fails at once.
+  std::optional<Shape> only;
+  if (argc > 2) {
+    Shape s{};
+    if (std::sscanf(argv[2], "%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64, &s.R, &s.B, &s.H, &s.K) != 4) {
+      std::fprintf(stderr, "kernel_variants: expected the shape as R,B,H,K, got '%s'\n", argv[2]);
+      return 2;
+    }
+    only = s;
+  }
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   if (which == "host") {
@@ -418,15 +428,6 @@ int main(int argc, char** argv) {
   if (which == "latency" || which == "all") latency_sweep(stream);
   if (which == "gemm" || which == "all") gemm_sweep(stream, false);
   if (which == "gemm_exact") gemm_sweep(stream, true);
-  std::optional<Shape> only;
-  if (argc > 2) {
-    Shape s{};
-    if (std::sscanf(argv[2], "%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64, &s.R, &s.B, &s.H, &s.K) != 4) {
-      std::fprintf(stderr, "kernel_variants: expected the shape as R,B,H,K, got '%s'\n", argv[2]);
-      return 2;
-    }
-    only = s;
-  }
   if (which == "gett" || which == "all") gett_sweep(stream, false, only);
   if (which == "gett_large") gett_sweep(stream, true, only);
   return 0;
