@@ -1,7 +1,6 @@
 // CPU kernels against the exact reference over a sweep of shapes, dtypes and layouts.
 #include <gtest/gtest.h>
 
-
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "test_support.hpp"

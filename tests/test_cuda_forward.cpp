@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cuda/gett_kernel.hpp"
