@@ -13,7 +13,7 @@ VENV_PYTHON := $(VENV)/bin/python
 # build/python).
 REQUIREMENTS_STAMP := $(VENV)/.requirements-installed
 PACKAGE_STAMP := $(VENV)/.package-installed
-PACKAGE_SOURCES := pyproject.toml CMakeLists.txt $(shell find include src python -type f ! -name '*.pyc')
+PACKAGE_SOURCES := pyproject.toml CMakeLists.txt $(shell find cmake include src python -type f ! -name '*.pyc')
 
 .PHONY: deps configure build python run test test-gpu clean
 

@@ -327,9 +327,9 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
            [&in, precision](const Problem& p, cudaStream_t st) { cuda::gemm_on_concatenated(p, in.concatenated, precision, st); },
            false},
           {"unfused_cublaslt_" + mode, unfused, false}};
-      const gett::Choice choice = gett::choose(p0);
-      if (choice.variant->why_not(p0).empty())
-        candidates.push_back({std::string("gett_dispatched_") + choice.variant->name, gett_run(*choice.variant, choice.tuning), true});
+      const gett::Variant& chosen = gett::choose(p0);
+      if (chosen.why_not(p0).empty())
+        candidates.push_back({std::string("gett_dispatched_") + chosen.name, gett_run(chosen, {}), true});
       for (std::size_t i = 0; i < variants.size(); ++i) {
         const gett::Variant* v = variants[i];
         if (v->dtype != dtype || !v->why_not(p0).empty() || v->workspace_bytes(p0) != 0) continue;

@@ -58,7 +58,7 @@ std::vector<const Variant*> library_variants() {
 }
 
 // Measured on an H200 (bench/kernel_variants.cu gett, bench/results/gett_tuning_h200.csv).
-Choice choose(const Problem& p) {
+const Variant& choose(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
   const double sms = multiprocessor_count(p.device.index);
   const auto tiles = [&](int tile_m, int tile_n) {
@@ -72,17 +72,17 @@ Choice choose(const Problem& p) {
   // (4,16384,64,8192), against 1.02x with 64x64), 64x64 for deeper reductions, whose mainloop
   // needs the shared memory that 64x128 staging takes (1.07x cuBLAS with 64x128 there).
   if (p.RH <= 256 || square >= 3.5 * sms) {
-    if (tf32) return {&tf32_pingpong_128x128(), {}};
-    if (p.RH <= 256) return {f16 ? &f16_pingpong_128x128_c2x1_epi64x128() : &bf16_pingpong_128x128_c2x1_epi64x128(), {}};
-    return {f16 ? &f16_pingpong_128x128_c2x1_epi64x64() : &bf16_pingpong_128x128_c2x1_epi64x64(), {}};
+    if (tf32) return tf32_pingpong_128x128();
+    if (p.RH <= 256) return f16 ? f16_pingpong_128x128_c2x1_epi64x128() : bf16_pingpong_128x128_c2x1_epi64x128();
+    return f16 ? f16_pingpong_128x128_c2x1_epi64x64() : bf16_pingpong_128x128_c2x1_epi64x64();
   }
   // A few waves: the 128x256 tile moves the fewest bytes per multiply-add, unless it leaves much
   // more of the last wave idle than 128x128 tiles would (share of SMs the last wave keeps busy).
   const auto wave_fill = [&](double t) { return t / (std::ceil(t / sms) * sms); };
   const bool take_wide = wave_fill(wide) >= wave_fill(square) - 0.1;
-  if (tf32) return {take_wide ? &tf32_cooperative_128x256() : &tf32_cooperative_128x128(), {}};
-  if (take_wide) return {f16 ? &f16_cooperative_128x256() : &bf16_cooperative_128x256(), {}};
-  return {f16 ? &f16_cooperative_128x128() : &bf16_cooperative_128x128(), {}};
+  if (tf32) return take_wide ? tf32_cooperative_128x256() : tf32_cooperative_128x128();
+  if (take_wide) return f16 ? f16_cooperative_128x256() : bf16_cooperative_128x256();
+  return f16 ? f16_cooperative_128x128() : bf16_cooperative_128x128();
 }
 
 bool outruns_unfused(const Problem& p) {
@@ -102,14 +102,13 @@ std::string gett_why_not(const Problem& p, Fp32Precision precision) {
     return "runs float32 only as TF32 (Fp32Precision::tf32); exact float32 runs on cuda_tensor_core_mma";
   if (p.dtype != DType::float32 && p.dtype != DType::float16 && p.dtype != DType::bfloat16)
     return "supports bfloat16, float16 and float32 (as TF32), got " + std::string(dtype_name(p.dtype));
-  return gett::choose(p).variant->why_not(p);
+  return gett::choose(p).why_not(p);
 }
 
-std::size_t gett_workspace_bytes(const Problem& p) { return gett::choose(p).variant->workspace_bytes(p); }
+std::size_t gett_workspace_bytes(const Problem& p) { return gett::choose(p).workspace_bytes(p); }
 
 void run_gett(const Problem& p, Workspace workspace, CudaStream stream) {
-  const gett::Choice choice = gett::choose(p);
-  choice.variant->run(p, workspace, stream, choice.tuning);
+  gett::choose(p).run(p, workspace, stream, gett::Tuning{});
 }
 
 }  // namespace gather_linear::cuda

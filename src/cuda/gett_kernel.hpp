@@ -1,6 +1,8 @@
 // The Hopper tensor-core GETT family (CUTLASS 3.x on sm_90a): bfloat16, float16, and float32 as
 // TF32. Each configuration (dtype, block tile, cluster, schedule) is compiled in its own
-// translation unit (gett_*.cu); this header is what the dispatcher and the benchmark see.
+// translation unit, generated from gett_configuration.cu.in by CMake (the list, with what each
+// configuration is for, is in CMakeLists.txt); this header is what the dispatcher and the
+// benchmark see.
 #pragma once
 
 #include <cstddef>
@@ -40,7 +42,7 @@ std::string shape_why_not(const Problem& p, int tile_k, std::size_t element_byte
 // that they neither fail the alignment checks nor reach a TMA descriptor.
 Problem with_canonical_unit_strides(const Problem& p);
 
-// The library's configurations, each defined in gett_<name>.cu.
+// The library's configurations, each defined in its generated gett_<name>.cu.
 const Variant& bf16_pingpong_128x128_c2x1_epi64x64();
 const Variant& bf16_pingpong_128x128_c2x1_epi64x128();
 const Variant& bf16_cooperative_128x256();
@@ -56,12 +58,9 @@ const Variant& tf32_cooperative_128x128();
 // All of the above, for tests and benchmarks that go through every configuration.
 std::vector<const Variant*> library_variants();
 
-// The configuration and tuning the dispatcher uses for p (whose dtype and precision allow GETT).
-struct Choice {
-  const Variant* variant;
-  Tuning tuning;
-};
-Choice choose(const Problem& p);
+// The configuration the dispatcher uses for p (whose dtype and precision allow GETT); it runs with
+// the default Tuning (the scheduler sweep found nothing better).
+const Variant& choose(const Problem& p);
 // Whether the GETT beats the unfused baseline on p (the dispatcher's rule; measured).
 bool outruns_unfused(const Problem& p);
 
