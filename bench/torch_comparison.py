@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
 """The operator against PyTorch on large problems (GPU): eager (torch.cat, then F.linear, as the
-seed's Model computes it) and the same function under torch.compile.
+seed's Model computes it), the same function under torch.compile, and F.linear alone on an input
+concatenated beforehand (GEMM-only: the arithmetic with the gather for free).
 
-Every candidate gets the same rotating input sets (more than twice the L2 in total) and runs back
-to back, timed by a CUDA-event pair around the whole run (per-forward time; at these sizes the GPU
-is the bound, not the launches). The candidates take turns, five rounds, and each reports its
-median round, so clock and power drift touch them alike. Results are checked against eager first.
-float32 runs twice: exact (PyTorch's default, no TF32) and with TF32 allowed for both sides.
+Two timing protocols, the candidates taking turns in both so clock and power drift touch them alike:
+- back_to_back: each candidate runs over rotating input sets (more than twice the L2 in total),
+  timed by one CUDA-event pair around the whole run (about 10 TFLOP of work); nine rounds, median
+  round. The GPU never idles,
+  so under sustained tensor-core load its clocks settle low (power-bound), as in training.
+- isolated: the KernelBench protocol (synchronize, write a 256 MB buffer to flush L2, event pair
+  around one forward, synchronize); median of the trials. The GPU idles between forwards, so each
+  one starts at boost clocks; the flush hides the host's launch time.
+Results are checked against eager first. float32 runs twice: exact (PyTorch's default, no TF32) and
+with TF32 allowed for every candidate.
 
-    python3 bench/torch_comparison.py [out.csv]
+    python3 bench/torch_comparison.py [out.csv] [--modes bfloat16 ...] [--protocols isolated ...]
 """
 
 import argparse
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -20,53 +27,97 @@ import gather_linear
 from torch_bench import per_call_us, rotating_input_sets, write_csv
 
 SHAPES = [(8, 8192, 512, 4096), (32, 8192, 128, 4096), (4, 16384, 64, 8192)]
-MODES = [  # name, dtype, TF32 allowed (float16 runs the same kernels as bfloat16)
-    ("bfloat16", torch.bfloat16, False),
-    ("tf32", torch.float32, True),
-    ("float32", torch.float32, False),
-]
+MODES = {  # name: dtype, TF32 allowed (float16 runs the same kernels as bfloat16)
+    "bfloat16": (torch.bfloat16, False),
+    "tf32": (torch.float32, True),
+    "float32": (torch.float32, False),
+}
+PROTOCOLS = ("back_to_back", "isolated")
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+ISOLATED_TRIALS = 40
+
+
+def concatenate(x):
+    return torch.cat([x[r] for r in range(x.shape[0])], dim=-1)
 
 
 def eager(x, weight, bias):
-    return F.linear(torch.cat([x[r] for r in range(x.shape[0])], dim=-1), weight, bias)
+    return F.linear(concatenate(x), weight, bias)
+
+
+def back_to_back_us(candidates, rounds, calls):
+    """Median over rounds of the per-call time of `calls` forwards in a row, candidates in turn."""
+    times = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, (fn, sets) in candidates.items():
+            times[name].append(per_call_us(fn, sets, calls))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def isolated_us(candidates, trials, flush_buffer):
+    """Median over trials of one forward timed alone after an L2 flush, candidates in turn."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = {name: [] for name in candidates}
+    for trial in range(trials):
+        for name, (fn, sets) in candidates.items():
+            torch.cuda.synchronize()
+            flush_buffer.fill_(1)
+            start.record()
+            fn(*sets[trial % len(sets)])
+            stop.record()
+            torch.cuda.synchronize()
+            times[name].append(start.elapsed_time(stop) * 1000)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("csv", nargs="?", default="bench/results/torch_comparison.csv")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    parser.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
+    parser.add_argument("--rounds", type=int, default=9, help="back_to_back rounds")
     args = parser.parse_args()
+    flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     rows = []
-    print(f"{'R':>3} {'B':>6} {'H':>4} {'K':>5} {'mode':>9} {'eager us':>9} {'compile us':>10} {'ours us':>9} "
-          f"{'eager/ours':>10} {'compile/ours':>12}")
+    print(f"{'protocol':>12} {'R':>3} {'B':>6} {'H':>4} {'K':>5} {'mode':>9} {'eager us':>9} {'compile us':>10} "
+          f"{'GEMM-only us':>12} {'ours us':>9} {'eager/ours':>10} {'compile/ours':>12} {'GEMM-only/ours':>14}")
     for R, B, H, K in SHAPES:
-        for mode, dtype, tf32 in MODES:
+        for mode in args.modes:
+            dtype, tf32 = MODES[mode]
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch._dynamo.reset()  # compiled for this shape and dtype alone (no dynamic shapes)
             compiled = torch.compile(eager, dynamic=False)
-            candidates = {"eager": eager, "torch_compile": compiled, "gather_linear": gather_linear.forward}
             sets = rotating_input_sets(R, B, H, K, dtype, minimum=2)
-            calls = max(10, int(2e12 / (2 * B * K * R * H)))  # about 2 TFLOP per timed run
+            concatenated_sets = [(concatenate(x), weight, bias) for x, weight, bias in sets]
+            candidates = {"eager": (eager, sets), "torch_compile": (compiled, sets),
+                          "gemm_only": (F.linear, concatenated_sets), "gather_linear": (gather_linear.forward, sets)}
+            calls = max(10, int(1e13 / (2 * B * K * R * H)))  # about 10 TFLOP per back-to-back run
             with torch.no_grad():
                 reference = eager(*sets[0])
                 scale = reference.abs().max().item()
-                for name, fn in candidates.items():
-                    error = (fn(*sets[0]).float() - reference.float()).abs().max().item() / scale
+                for name, (fn, fn_sets) in candidates.items():
+                    error = (fn(*fn_sets[0]).float() - reference.float()).abs().max().item() / scale
                     assert error < 2e-2, f"{name} disagrees with eager on {(R, B, H, K)} {mode}: {error:.2e}"
-                    per_call_us(fn, sets, len(sets))  # warm-up (and compilation)
-                rounds = {name: [] for name in candidates}
-                for _ in range(args.rounds):
-                    for name, fn in candidates.items():
-                        rounds[name].append(per_call_us(fn, sets, calls))
-            us = {name: sorted(t)[len(t) // 2] for name, t in rounds.items()}
-            rows.append(dict(R=R, B=B, H=H, K=K, mode=mode, eager_us=f"{us['eager']:.2f}",
-                             torch_compile_us=f"{us['torch_compile']:.2f}", gather_linear_us=f"{us['gather_linear']:.2f}",
-                             eager_over_ours=f"{us['eager'] / us['gather_linear']:.3f}",
-                             compile_over_ours=f"{us['torch_compile'] / us['gather_linear']:.3f}",
-                             device=torch.cuda.get_device_name(0), torch=torch.__version__))
-            print(f"{R:>3} {B:>6} {H:>4} {K:>5} {mode:>9} {us['eager']:>9.1f} {us['torch_compile']:>10.1f} "
-                  f"{us['gather_linear']:>9.1f} {rows[-1]['eager_over_ours']:>10} {rows[-1]['compile_over_ours']:>12}")
-            del sets
+                    per_call_us(fn, fn_sets, len(fn_sets))  # warm-up (and compilation)
+                for protocol in args.protocols:
+                    if protocol == "back_to_back":
+                        us = back_to_back_us(candidates, args.rounds, calls)
+                    else:
+                        us = isolated_us(candidates, ISOLATED_TRIALS, flush_buffer)
+                    ours = us["gather_linear"]
+                    rows.append(dict(protocol=protocol, R=R, B=B, H=H, K=K, mode=mode,
+                                     eager_us=f"{us['eager']:.2f}", torch_compile_us=f"{us['torch_compile']:.2f}",
+                                     gemm_only_us=f"{us['gemm_only']:.2f}", gather_linear_us=f"{ours:.2f}",
+                                     eager_over_ours=f"{us['eager'] / ours:.3f}",
+                                     compile_over_ours=f"{us['torch_compile'] / ours:.3f}",
+                                     gemm_only_over_ours=f"{us['gemm_only'] / ours:.3f}",
+                                     device=torch.cuda.get_device_name(0), torch=torch.__version__))
+                    row = rows[-1]
+                    print(f"{protocol:>12} {R:>3} {B:>6} {H:>4} {K:>5} {mode:>9} {us['eager']:>9.1f} "
+                          f"{us['torch_compile']:>10.1f} {us['gemm_only']:>12.1f} {ours:>9.1f} "
+                          f"{row['eager_over_ours']:>10} {row['compile_over_ours']:>12} {row['gemm_only_over_ours']:>14}",
+                          flush=True)
+            del sets, concatenated_sets, candidates
     write_csv(args.csv, rows)
 
 
