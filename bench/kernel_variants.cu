@@ -72,11 +72,13 @@ struct Inputs {
   std::vector<Problem> sets;
   void* y = nullptr;
   void* concatenated = nullptr;
+  void* gemm_workspace = nullptr;  // cuBLASLt's scratch for the GEMM-only and unfused comparators
   Inputs(const Shape& s, DType dtype_, cudaStream_t stream) : dtype(dtype_), element(dtype_size(dtype_)) {
     const std::size_t nx = s.R * s.B * s.H, nw = s.K * s.R * s.H, bytes = element * (nx + nw + s.K);
     const int count = timing::rotating_sets(bytes, 0);
     y = alloc(s.B * s.K);
     concatenated = alloc(nx);
+    gemm_workspace = alloc((cuda::kGemmWorkspaceBytes + element - 1) / element);
     for (int i = 0; i < count; ++i) {
       void *x = alloc(nx), *w = alloc(nw), *b = alloc(s.K);
       cuda::visit_device_dtype(dtype, [&]<class T>() {
@@ -170,7 +172,7 @@ __global__ void one_load_kernel(const float* __restrict__ x, std::uint32_t nx, f
 Run unfused_run(Inputs& in, Fp32Precision precision) {
   return [&in, precision](const Problem& p, cudaStream_t st) {
     cuda::concatenate(p, in.concatenated, st);
-    cuda::gemm_on_concatenated(p, in.concatenated, precision, st);
+    cuda::gemm_on_concatenated(p, in.concatenated, precision, in.gemm_workspace, st);
   };
 }
 
@@ -259,7 +261,7 @@ void gemm_sweep(cudaStream_t stream, bool exact_float32_only) {
           row(s, "simt_auto", in, [](const Problem& p, cudaStream_t st) { cuda::run_simt_gemm(p, st); }, unfused, stream);
         row(s, "cublaslt_gemm_only_" + mode, in,
             [&in, precision](const Problem& p, cudaStream_t st) {
-              cuda::gemm_on_concatenated(p, in.concatenated, precision, st);
+              cuda::gemm_on_concatenated(p, in.concatenated, precision, in.gemm_workspace, st);
             },
             unfused, stream, false);
         row(s, "unfused_cublaslt_" + mode, in, unfused, unfused, stream, false);
@@ -324,7 +326,9 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
       cuda::concatenate(p0, in.concatenated, stream);
       std::vector<Candidate> candidates = {
           {"cublaslt_gemm_only_" + mode,
-           [&in, precision](const Problem& p, cudaStream_t st) { cuda::gemm_on_concatenated(p, in.concatenated, precision, st); },
+           [&in, precision](const Problem& p, cudaStream_t st) {
+             cuda::gemm_on_concatenated(p, in.concatenated, precision, in.gemm_workspace, st);
+           },
            false},
           {"unfused_cublaslt_" + mode, unfused, false}};
       const gett::Variant& chosen = gett::choose(p0);
@@ -346,7 +350,7 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
         compare(s, in,
                 {{"cublaslt_gemm_only_sgemm",
                   [&in](const Problem& p, cudaStream_t st) {
-                    cuda::gemm_on_concatenated(p, in.concatenated, Fp32Precision::ieee, st);
+                    cuda::gemm_on_concatenated(p, in.concatenated, Fp32Precision::ieee, in.gemm_workspace, st);
                   },
                   false},
                  {"mma_tf32x3_auto", mma_run(Fp32Precision::ieee, cuda::MmaTile::automatic), true}},

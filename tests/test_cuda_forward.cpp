@@ -234,6 +234,53 @@ TEST_F(CudaTest, WorkspaceAllocatorSuppliesScratch) {
   EXPECT_TRUE(recorder.requests.empty());
 }
 
+// Without a caller's workspace the library's scratch is per stream: the unfused baseline on two
+// streams at once (concatenation and cuBLASLt scratch alike) must not mix their operands.
+TEST_F(CudaTest, LibraryScratchIsPerStream) {
+  const Case c{{8, 300, 64, 200}, DType::float32, Layout::head_major, true};
+  Operands o1 = make_operands(c, 31), o2 = make_operands(c, 32);
+  DeviceOperands d1(o1), d2(o2);
+  cudaStream_t s1, s2;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  const Options baseline = options_for(kBaseline);
+  for (int i = 0; i < 50; ++i) {
+    d1.forward(baseline, s1);
+    d2.forward(baseline, s2);
+  }
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  for (auto [o, d] : {std::pair{&o1, &d1}, std::pair{&o2, &d2}}) {
+    d->y.download(o->y);
+    const Problem p = validate_forward_args(o->x.view, o->weight.view, o->bias_view(), o->y.view);
+    EXPECT_LE(relative_error(o->y, cpu::reference_forward(p), c.shape.B, c.shape.K), 1e-5);
+  }
+  CUDA_ASSERT(cudaStreamDestroy(s1));
+  CUDA_ASSERT(cudaStreamDestroy(s2));
+}
+
+// forward() runs on the tensors' device whichever device is current, and leaves the current
+// device as it found it.
+TEST_F(CudaTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
+  int devices = 0;
+  CUDA_ASSERT(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices";
+  const Case c{{8, 300, 64, 200}, DType::float32, Layout::head_major, true};
+  for (const char* kernel : {"auto", "cuda_latency", kMma, "cuda_simt_tiled", kBaseline}) {
+    Operands o = make_operands(c, 41);
+    DeviceOperands d(o);  // on device 0
+    CUDA_ASSERT(cudaSetDevice(1));
+    d.forward(options_for(kernel));
+    int current = -1;
+    CUDA_ASSERT(cudaGetDevice(&current));
+    EXPECT_EQ(current, 1) << kernel;
+    CUDA_ASSERT(cudaSetDevice(0));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    d.y.download(o.y);
+    const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+    EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), c.shape.B, c.shape.K), 1e-5) << kernel;
+  }
+}
+
 TEST_F(CudaTest, DeterministicBits) {
   for (const char* kernel : kFusedKernels) {
     const Case c{{8, 700, 64, 300}, DType::float32, Layout::contiguous, true};
@@ -305,9 +352,17 @@ TEST_F(CudaTest, DeviceArgumentErrorsLeaveYUntouched) {
   expect_cuda_error(d, o.y, d.x.view(), d.weight.view(), d.y.view(), options_for("cpu_gather_gemm"), "options.kernel",
                     "runs on cpu, but the tensors are on cuda:0");
   Options tiny_workspace = options_for(kBaseline);
+  const std::size_t need = workspace_bytes(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), tiny_workspace);
   tiny_workspace.workspace = {d.x.view().data, 4};
   expect_cuda_error(d, o.y, d.x.view(), d.weight.view(), d.y.view(), tiny_workspace, "options.workspace",
-                    "expected at least 96 bytes");
+                    "expected at least " + std::to_string(need) + " bytes");
+  // Large enough but off a 256-byte boundary (the concatenation stores 16-byte vectors, and
+  // cuBLASLt's scratch follows it): an error, not a misaligned-address fault.
+  DeviceBuffer roomy(need + 256);
+  Options misaligned_workspace = options_for(kBaseline);
+  misaligned_workspace.workspace = {static_cast<std::byte*>(roomy.data()) + 16, need};
+  expect_cuda_error(d, o.y, d.x.view(), d.weight.view(), d.y.view(), misaligned_workspace, "options.workspace",
+                    "expected a pointer aligned to 256 bytes, got one 16 bytes past a 256-byte boundary");
 
   // The errors left no sticky CUDA state: a valid call still works.
   const double err = cuda_error_of(c, automatic);
@@ -394,15 +449,23 @@ TEST_F(CudaTest, GettEveryConfiguration) {
   }
 }
 
-// The tile scheduler's swizzle and raster order change only the order of tiles, never a result.
+// The tile scheduler's swizzle and raster order change only the order of tiles, never a bit of y.
 TEST_F(CudaTest, GettSchedulerTuningKeepsResults) {
   if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
   const Case c{{4, 1000, 64, 776}, DType::bfloat16, Layout::head_major, true};
   const cuda::gett::Variant& variant = cuda::gett::bf16_cooperative_128x128();
-  const double plain = gett_variant_error(c, variant);
+  const auto y_with = [&](cuda::gett::Tuning tuning) {
+    Operands o = make_operands(c, 1234);
+    DeviceOperands d(o);
+    variant.run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr, tuning);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    d.y.download(o.y);
+    return o.y.storage;
+  };
+  const auto plain = y_with({});
   for (int swizzle : {2, 4, 8})
     for (cuda::gett::Raster raster : {cuda::gett::Raster::along_m, cuda::gett::Raster::along_n})
-      EXPECT_EQ(gett_variant_error(c, variant, {swizzle, raster}), plain) << "swizzle " << swizzle;
+      EXPECT_EQ(y_with({swizzle, raster}), plain) << "swizzle " << swizzle << ", raster " << static_cast<int>(raster);
 }
 
 // Through the public API: forced by name, TF32 only when allowed, refusals as `unsupported`

@@ -11,8 +11,10 @@ namespace gather_linear {
 enum class Fp32Precision { ieee, tf32 };
 
 // Device scratch owned by the caller (e.g. from a framework's caching allocator), for the kernels
-// that need one (the unfused baseline's concatenation buffer; workspace_bytes() says how much);
-// when absent the library uses a per-device cache that grows once and is reused.
+// that need one (the unfused baseline's concatenation buffer and cuBLASLt's scratch;
+// workspace_bytes() says how much), aligned to 256 bytes. When absent the library keeps one
+// buffer per (device, stream) that grows on demand; a CUDA graph captured without a workspace
+// keeps using its capture stream's buffer, so replay it on that stream, or pass a workspace.
 struct Workspace {
   void* data = nullptr;
   std::size_t bytes = 0;
@@ -20,9 +22,9 @@ struct Workspace {
 
 // Alternatively the caller hands over its allocator: called only when the chosen kernel needs
 // scratch and Options::workspace is empty, it returns at least `bytes` bytes on the tensors'
-// device that stay valid for the work this call enqueues on its stream (a caching allocator's
-// stream semantics). This lets a framework binding supply scratch without asking
-// workspace_bytes() first, which would validate the arguments a second time.
+// device, aligned to 256 bytes, that stay valid for the work this call enqueues on its stream (a
+// caching allocator's stream semantics). This lets a framework binding supply scratch without
+// asking workspace_bytes() first, which would validate the arguments a second time.
 struct WorkspaceAllocator {
   void* (*allocate)(std::size_t bytes, void* context) = nullptr;
   void* context = nullptr;

@@ -5,8 +5,9 @@
 //   allocator, through Options::workspace_allocator, so the arguments are validated once);
 // - float32 uses TF32 exactly when nn.Linear's cuBLAS matmul would;
 // - the library skips its CUDA pointer queries (Options::device_pointers_verified);
-// - the unfused fallback's cuBLASLt handle and its own workspace are created by the library on
-//   first use on a device: warm up with one forward before capturing a graph (as for any op).
+// - the unfused fallback's cuBLASLt handle is created by the library on first use on a device
+//   (its scratch is part of the workspace): warm up with one forward before capturing a graph
+//   (as for any op).
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>

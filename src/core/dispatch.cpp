@@ -1,5 +1,7 @@
 // forward(): validate, pick a kernel (or take the forced one), find its workspace, run it.
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/kernel_registry.hpp"
@@ -67,12 +69,25 @@ std::size_t needed_workspace(const Resolved& r) {
   return r.kernel->workspace_bytes ? r.kernel->workspace_bytes(r.problem) : 0;
 }
 
+// Scratch must start on a 256-byte boundary: the concatenation's 16-byte vector stores and
+// cuBLASLt's own scratch, placed after it, rely on that.
+void check_workspace_alignment(const void* data, const char* argument) {
+  constexpr std::uintptr_t kAlignment = 256;
+  const auto address = reinterpret_cast<std::uintptr_t>(data);
+  if (address % kAlignment != 0)
+    throw Error(ErrorCode::invalid_argument, argument,
+                "expected a pointer aligned to 256 bytes, got one " + std::to_string(address % kAlignment) +
+                    " bytes past a 256-byte boundary");
+}
+
 }  // namespace
 
 void forward(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
              const TensorView& y, const Options& options, CudaStream stream) {
   const Resolved r = resolve(x, weight, bias, y, options);
   if (r.problem.B == 0 || r.problem.K == 0) return;  // an empty y: nothing to write
+  std::optional<cuda::ScopedDevice> on_device;  // the tensors' device, whichever is current
+  if (r.problem.device.type == DeviceType::cuda) on_device.emplace(r.problem.device.index);
   Workspace workspace{};
   if (const std::size_t need = needed_workspace(r); need > 0) {
     if (options.workspace.data != nullptr) {
@@ -80,14 +95,16 @@ void forward(const TensorView& x, const TensorView& weight, const std::optional<
         throw Error(ErrorCode::invalid_argument, "options.workspace",
                     "expected at least " + std::to_string(need) + " bytes for kernel '" +
                         std::string(r.kernel->info.name) + "', got " + std::to_string(options.workspace.bytes));
+      check_workspace_alignment(options.workspace.data, "options.workspace");
       workspace = options.workspace;
     } else if (options.workspace_allocator.allocate != nullptr) {
       workspace = {options.workspace_allocator.allocate(need, options.workspace_allocator.context), need};
       if (workspace.data == nullptr)
         throw Error(ErrorCode::invalid_argument, "options.workspace_allocator",
                     "returned null for " + std::to_string(need) + " bytes");
+      check_workspace_alignment(workspace.data, "options.workspace_allocator");
     } else {
-      workspace = cuda::cached_workspace(r.problem.device.index, need);
+      workspace = cuda::cached_workspace(r.problem.device.index, stream, need);
     }
   }
   r.kernel->run(r.problem, options, workspace, stream);

@@ -36,9 +36,24 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options);
 void check_device(const Problem& p);
 // check_device(), and that every pointer is device memory on that device.
 void check_device_arguments(const Problem& p);
-// Device scratch owned by the library, grown on demand, one per device.
-Workspace cached_workspace(int device, std::size_t bytes);
+// Device scratch owned by the library for callers that bring none: one buffer per (device,
+// stream), so that work on different streams never shares one. It only grows, and a buffer it
+// outgrows stays allocated, since a CUDA graph captured earlier may still use it.
+Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes);
 int device_count();
+
+// Makes `device` current for the scope (kernels launch, and the CUDA runtime's per-device calls
+// act, on the current device) and restores the previous one.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: it was current already, nothing to restore
+};
 }  // namespace cuda
 
 }  // namespace gather_linear

@@ -1,8 +1,12 @@
-// Device-side argument checks and the per-device workspace cache.
+// Device-side argument checks, the library's workspace cache and the device guard.
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/kernel_registry.hpp"
 #include "cuda/cuda_check.hpp"
@@ -26,12 +30,6 @@ void check_pointer(const void* data, const char* name, int device) {
                 "expected memory on cuda:" + std::to_string(device) + ", got memory on cuda:" +
                     std::to_string(attributes.device));
 }
-
-struct DeviceWorkspace {
-  std::mutex mutex;
-  void* data = nullptr;
-  std::size_t bytes = 0;
-};
 
 constexpr int kMaxDevices = 64;
 
@@ -90,25 +88,34 @@ void check_device_arguments(const Problem& p) {
   check_pointer(p.y, "y", p.device.index);
 }
 
-Workspace cached_workspace(int device, std::size_t bytes) {
-  static std::array<DeviceWorkspace, kMaxDevices> cache;
-  if (device < 0 || device >= kMaxDevices)
-    throw Error(ErrorCode::unsupported, "x", "device index beyond the workspace cache's " + std::to_string(kMaxDevices));
-  DeviceWorkspace& w = cache[static_cast<std::size_t>(device)];
-  std::lock_guard lock(w.mutex);
-  if (w.bytes < bytes) {
-    int current = 0;
-    check(cudaGetDevice(&current), "cudaGetDevice");
-    check(cudaSetDevice(device), "cudaSetDevice");
-    // cudaFree waits for the device, so work still reading the old buffer finishes first.
-    if (w.data != nullptr) check(cudaFree(w.data), "cudaFree(workspace)");
-    w.data = nullptr;
-    w.bytes = 0;
-    check(cudaMalloc(&w.data, bytes), "cudaMalloc(workspace)");
-    w.bytes = bytes;
-    check(cudaSetDevice(current), "cudaSetDevice");
+Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, CudaStream>, Workspace> buffers;
+  static std::vector<void*> outgrown;  // kept, never freed: see the declaration
+  std::lock_guard lock(mutex);
+  Workspace& buffer = buffers[{device, stream}];
+  if (buffer.bytes < bytes) {
+    // Grow at least twofold, so that what is kept stays below the current buffer's size.
+    const std::size_t grown = std::max(bytes, 2 * buffer.bytes);
+    const ScopedDevice on_device(device);
+    void* data = nullptr;
+    check(cudaMalloc(&data, grown), "cudaMalloc(workspace)");
+    if (buffer.data != nullptr) outgrown.push_back(buffer.data);
+    buffer = {data, grown};
   }
-  return {w.data, w.bytes};
+  return buffer;
+}
+
+ScopedDevice::ScopedDevice(int device) {
+  int current = 0;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current == device) return;
+  check(cudaSetDevice(device), "cudaSetDevice");
+  previous_ = current;
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
 }
 
 }  // namespace gather_linear::cuda

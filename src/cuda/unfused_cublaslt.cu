@@ -1,14 +1,14 @@
 // The unfused baseline, what PyTorch eager runs: materialise A = cat(x[0..R), dim=-1) as a
 // (B, R*H) buffer, then one cuBLASLt GEMM with the bias in its epilogue. It is the CLI's
-// comparator and the dispatcher's fallback wherever no fused kernel wins (tensor-core sizes
-// until the fused tensor-core path exists).
+// comparator and the dispatcher's fallback wherever no fused kernel wins.
 //
 // cuBLASLt is column-major, so y (B, K) row-major is computed as y^T = W * A^T:
 //   op(A) = W^T viewed column-major (R*H x K, ld = weight row stride), transposed  -> K x R*H
 //   B     = A^T column-major (R*H x B, ld = R*H)
 //   D     = y^T column-major (K x B, ld = y row stride), bias along K (the epilogue's rows).
 // Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, so a call
-// costs one cuBLASLt launch; the library's cuBLASLt workspace is allocated once per device.
+// costs one cuBLASLt launch. cuBLASLt's own scratch is part of the caller's workspace, after the
+// concatenation: one buffer shared by every stream would let two streams' GEMMs race on it.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include <string>
 #include <tuple>
 
+#include "core/kernel_registry.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_info.hpp"
 #include "cuda/device_types.cuh"
@@ -72,25 +73,19 @@ void check_lt(cublasStatus_t status, const char* what) {
     throw Error(ErrorCode::cuda_error, what, std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status));
 }
 
-constexpr std::size_t kLtWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS suggests for Hopper
 constexpr int kMaxDevices = 64;
 
 struct DeviceContext {
   std::once_flag once;
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
 };
 
 DeviceContext& context(int device) {
   static std::array<DeviceContext, kMaxDevices> contexts;
   DeviceContext& ctx = contexts[static_cast<std::size_t>(device) % kMaxDevices];
   std::call_once(ctx.once, [&] {
-    int current = 0;
-    check(cudaGetDevice(&current), "cudaGetDevice");
-    check(cudaSetDevice(device), "cudaSetDevice");
+    const ScopedDevice on_device(device);
     check_lt(cublasLtCreate(&ctx.handle), "cublasLtCreate");
-    check(cudaMalloc(&ctx.workspace, kLtWorkspaceBytes), "cudaMalloc(cuBLASLt workspace)");
-    check(cudaSetDevice(current), "cudaSetDevice");
   });
   return ctx;
 }
@@ -146,7 +141,7 @@ Plan& plan_for(const Problem& p, const void* concatenated, bool tf32, cublasLtHa
 
   cublasLtMatmulPreference_t preference;
   check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
-  const std::uint64_t max_workspace = kLtWorkspaceBytes;
+  const std::uint64_t max_workspace = kGemmWorkspaceBytes;
   cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace, sizeof(max_workspace));
   const std::uint32_t align_w = std::get<9>(key), align_a = std::get<10>(key), align_y = std::get<11>(key);
   cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w, sizeof(align_w));
@@ -182,7 +177,8 @@ void concatenate(const Problem& p, void* out, CudaStream stream) {
   });
 }
 
-void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precision precision, CudaStream stream) {
+void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precision precision, void* gemm_workspace,
+                          CudaStream stream) {
   if (p.RH == 0) {  // no GEMM: y is the broadcast bias (or zeros)
     visit_device_dtype(p.dtype, [&]<class T>() {
       broadcast_bias_kernel<T><<<grid_for(p.B * p.K, p.device.index), 256, 0, stream>>>(
@@ -199,12 +195,20 @@ void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precis
     check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)),
              "BIAS_POINTER");
   check_lt(cublasLtMatmul(ctx.handle, plan.op, &one, p.weight, plan.w, concatenated, plan.a, &zero, p.y, plan.y, p.y,
-                          plan.y, &plan.algo, ctx.workspace, kLtWorkspaceBytes, stream),
+                          plan.y, &plan.algo, gemm_workspace, kGemmWorkspaceBytes, stream),
            "cublasLtMatmul");
 }
 
+namespace {
+// The concatenation first, then cuBLASLt's scratch on a 256-byte boundary.
+std::size_t gemm_workspace_offset(const Problem& p) {
+  const std::size_t concatenation = static_cast<std::size_t>(p.B * p.RH) * dtype_size(p.dtype);
+  return (concatenation + 255) / 256 * 256;
+}
+}  // namespace
+
 std::size_t unfused_workspace_bytes(const Problem& p) {
-  return static_cast<std::size_t>(p.B * p.RH) * dtype_size(p.dtype);
+  return p.RH > 0 ? gemm_workspace_offset(p) + kGemmWorkspaceBytes : 0;
 }
 
 std::string unfused_why_not(const Problem& p) {
@@ -215,7 +219,8 @@ std::string unfused_why_not(const Problem& p) {
 
 void run_unfused(const Problem& p, Fp32Precision precision, Workspace workspace, CudaStream stream) {
   if (p.RH > 0) concatenate(p, workspace.data, stream);
-  gemm_on_concatenated(p, workspace.data, precision, stream);
+  gemm_on_concatenated(p, workspace.data, precision, static_cast<std::byte*>(workspace.data) + gemm_workspace_offset(p),
+                       stream);
 }
 
 }  // namespace gather_linear::cuda

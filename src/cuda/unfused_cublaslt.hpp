@@ -12,9 +12,15 @@ namespace gather_linear::cuda {
 
 // Writes cat(x[0..R), dim=-1) as a row-major (B, R*H) matrix to `out` (B*R*H elements).
 void concatenate(const Problem& p, void* out, CudaStream stream);
-// y = concatenated * W^T + bias through cuBLASLt (TF32 for float32 when allowed).
-void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precision precision, CudaStream stream);
 
+// cuBLASLt's scratch for one GEMM (what cuBLAS suggests for Hopper), owned by the caller so that
+// GEMMs on different streams never share it; 256-byte aligned.
+constexpr std::size_t kGemmWorkspaceBytes = std::size_t{32} << 20;
+// y = concatenated * W^T + bias through cuBLASLt (TF32 for float32 when allowed).
+void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precision precision, void* gemm_workspace,
+                          CudaStream stream);
+
+// The concatenation buffer followed by the GEMM's scratch (none when R*H = 0: y is the bias).
 std::size_t unfused_workspace_bytes(const Problem& p);
 std::string unfused_why_not(const Problem& p);
 void run_unfused(const Problem& p, Fp32Precision precision, Workspace workspace, CudaStream stream);
