@@ -112,12 +112,14 @@ def test_float32_follows_torch_tf32_setting(shape, api):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cuda_result_on_current_stream(dtype):
     # The kernel must run on PyTorch's current stream: work queued on a side stream before it
-    # (writing x) has to be visible, with no synchronisation beyond stream order.
+    # (writing x, late: the stream sleeps first) has to be visible, with no synchronisation beyond
+    # stream order. A kernel on another stream would read x's NaN poison.
     inputs = make_inputs(4, 12, 32, 56, dtype=dtype, device="cuda")
+    x = torch.full_like(inputs.x, float("nan"))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        x = torch.empty_like(inputs.x)
+        torch.cuda._sleep(20_000_000)  # some milliseconds of GPU time
         x.copy_(inputs.x)
         actual = gather_linear.forward(x, inputs.weight, inputs.bias)
     torch.cuda.current_stream().wait_stream(side)
