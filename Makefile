@@ -10,7 +10,10 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 # Stamps make the Python steps idempotent: the requirements install again only when the pinned
 # list changes, the package rebuilds only when a source of it changes (and then incrementally, in
-# build/python).
+# build/python-<wheel tag>).
+# ccache sees paths relative to each build directory: the package's build (as deep as the
+# preset's) then reuses the objects the C++ build compiled, the CUTLASS units above all.
+export CCACHE_BASEDIR := $(CURDIR)
 REQUIREMENTS_STAMP := $(VENV)/.requirements-installed
 PACKAGE_STAMP := $(VENV)/.package-installed
 PACKAGE_SOURCES := pyproject.toml CMakeLists.txt $(shell find cmake include src python -type f ! -name '*.pyc')
