@@ -13,8 +13,9 @@ enum class Fp32Precision { ieee, tf32 };
 // Device scratch owned by the caller (e.g. from a framework's caching allocator), for the kernels
 // that need one (the unfused baseline's concatenation buffer and cuBLASLt's scratch;
 // workspace_bytes() says how much), aligned to 256 bytes. When absent the library keeps one
-// buffer per (device, stream) that grows on demand; a CUDA graph captured without a workspace
-// keeps using its capture stream's buffer, so replay it on that stream, or pass a workspace.
+// buffer per (device, stream) that grows on demand. Growing it allocates, which a stream being
+// captured into a CUDA graph refuses: run one forward on that stream before capturing (the graph
+// then keeps using the stream's buffer, so replay it on that stream), or pass a workspace.
 struct Workspace {
   void* data = nullptr;
   std::size_t bytes = 0;
