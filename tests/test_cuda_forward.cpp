@@ -416,11 +416,10 @@ const Shape kGettShapes[] = {
     {3, 100, 24, 64},  {2, 64, 4, 64},      {2, 64, 100, 64},   {2, 64, 64, 100},   {1, 1, 1, 1},
 };
 
-// The same for one GETT configuration run directly (same operands as cuda_error_of's by default).
-double gett_variant_error(const Case& c, const cuda::gett::Variant& variant, cuda::gett::Tuning tuning = {},
-                          std::uint32_t seed = 1234) {
-  return error_of_run(c, seed, variant.name, [&](const DeviceOperands& d) {
-    variant.run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr, tuning);
+// The same for one GETT configuration run directly (the same operands as cuda_error_of's).
+double gett_variant_error(const Case& c, const cuda::gett::Variant& variant) {
+  return error_of_run(c, 1234, variant.name, [&](const DeviceOperands& d) {
+    variant.run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr, {});
   });
 }
 
