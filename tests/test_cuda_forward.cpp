@@ -59,7 +59,7 @@ double cuda_error_of(const Case& c, const Options& options, std::uint32_t seed =
 }
 
 // One unit of the rounding a low-precision result may carry beyond the baseline's own error:
-// the output's (bfloat16, float16), or TF32's truncated inputs (cuBLAS's TF32 GEMMs for small
+// the output's (bfloat16, float16), or TF32's rounded inputs (cuBLAS's TF32 GEMMs for small
 // problems run in full float32, so their error is no yardstick there).
 double rounding_unit(DType dtype, Fp32Precision precision) {
   if (dtype == DType::bfloat16) return 0x1p-8;
@@ -467,6 +467,30 @@ TEST_F(CudaTest, GettSchedulerTuningKeepsResults) {
       EXPECT_EQ(y_with({swizzle, raster}), plain) << "swizzle " << swizzle << ", raster " << static_cast<int>(raster);
 }
 
+// TF32 rounds each float32 operand to nearest, as cuBLAS's TF32 does. With every x and W equal to
+// 1 + 3 * 2^-12 (three quarters of a TF32 unit above 1), a 128-long reduction gives
+//   128 * (1 + 2^-10)^2 ~ 128.25 with both operands rounded, 128.125 with one, 128 with neither
+// (wgmma truncating), and 128.1875 in exact arithmetic.
+TEST_F(CudaTest, GettTf32RoundsOperandsToNearest) {
+  if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  const Case c{{2, 256, 64, 256}, DType::float32, Layout::head_major, false};
+  const double v = 1 + 3 * 0x1p-12, rounded_both = 128 * (1 + 0x1p-10) * (1 + 0x1p-10);
+  for (const cuda::gett::Variant* variant : cuda::gett::library_variants()) {
+    if (variant->dtype != DType::float32) continue;
+    Operands o = make_operands(c, 1);
+    for (std::size_t i = 0; i < o.x.elements(); ++i) o.x.set(i, v);
+    for (std::size_t i = 0; i < o.weight.elements(); ++i) o.weight.set(i, v);
+    DeviceOperands d(o);
+    variant->run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr, {});
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    d.y.download(o.y);
+    double worst = 0;
+    for (std::int64_t b = 0; b < c.shape.B; ++b)
+      for (std::int64_t k = 0; k < c.shape.K; ++k) worst = std::max(worst, std::abs(o.y.at({b, k}) - rounded_both));
+    EXPECT_LE(worst, 1e-2) << variant->name << ": y is not 128 sums of rounded products (" << rounded_both << ")";
+  }
+}
+
 // Through the public API: forced by name, TF32 only when allowed, refusals as `unsupported`
 // errors that leave y untouched; and the dispatcher's own choice is accurate.
 TEST_F(CudaTest, GettThroughTheDispatcher) {
@@ -482,6 +506,17 @@ TEST_F(CudaTest, GettThroughTheDispatcher) {
   }
   if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
   expect_accurate(exact, options_for(kGett, Fp32Precision::tf32), cuda_error_of(exact, options_for(kGett, Fp32Precision::tf32)));
+  {  // A million outputs in TF32 go to the GETT; exact float32 never does.
+    const Case tf32{{8, 1024, 128, 1024}, DType::float32, Layout::head_major, true};
+    Operands o = make_operands(tf32, 5);
+    DeviceOperands d(o);
+    const auto chosen = [&](Fp32Precision precision) {
+      return std::string(select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for("auto", precision)));
+    };
+    EXPECT_EQ(chosen(Fp32Precision::tf32), kGett);
+    EXPECT_NE(chosen(Fp32Precision::ieee), kGett);
+    expect_accurate(tf32, options_for("auto", Fp32Precision::tf32), cuda_error_of(tf32, options_for("auto", Fp32Precision::tf32)));
+  }
   for (DType dtype : {DType::bfloat16, DType::float16}) {
     const Case c{{8, 1024, 128, 1024}, dtype, Layout::head_major, true};
     expect_accurate(c, options_for(kGett), cuda_error_of(c, options_for(kGett)));

@@ -35,7 +35,7 @@ const std::array<KernelEntry, 5> kKernels{{
      true, mma_why_not, nullptr, mma},
     {{"cuda_gett_sm90", DeviceType::cuda, true,
       "Hopper tensor-core GETT (CUTLASS: TMA reads x's slices in place, wgmma, bias epilogue): "
-      "bfloat16, float16; float32 as TF32 (truncated operands) only when forced; sm_90, 16-byte aligned slices"},
+      "bfloat16, float16, float32 as TF32 (operands rounded to nearest by TMA); sm_90, 16-byte aligned slices"},
      true, gett_why_not_entry, gett_workspace_bytes, gett},
     {{"cuda_simt_tiled", DeviceType::cuda, true,
       "general exact-float32 GEMM on CUDA cores, gathering x's slices in place; any shape and stride"},
@@ -51,8 +51,8 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): the latency kernel wins
 // while the work is small; exact float32 beyond about a million outputs goes to the 3xTF32
-// tensor-core kernel; 16-bit problems that fill the GPU go to the Hopper GETT; in between, for
-// TF32, and wherever cuBLAS outruns the fused kernels, the unfused baseline runs: never lose to it.
+// tensor-core kernel; 16-bit and TF32 problems that fill the GPU go to the Hopper GETT; in between,
+// and wherever cuBLAS outruns the fused kernels, the unfused baseline runs: never lose to it.
 const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   if (std::string why = simt_gemm_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "x", why);
   const bool exact_float32 = p.dtype == DType::float32 && options.fp32_precision == Fp32Precision::ieee;
@@ -64,10 +64,7 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   const double latency_limit = exact_float32 ? (small_tiles ? 20e6 : 40e6) : tf32 ? 16e6 : 12e6;
   if (macs <= latency_limit && latency_kernel_why_not(p).empty()) return kKernels[kLatency];
   if (exact_float32 && p.outputs() >= 786432 && mma_gemm_why_not(p).empty()) return kKernels[kMma];
-  // TF32 stays with cuBLAS: the GETT's error was 2.5x cuBLAS TF32's on a 1024-long reduction
-  // (its tensor cores truncate the float32 operands; cuBLAS's result fits rounding them). Forcing
-  // cuda_gett_sm90 still runs it, at cuBLAS's speed.
-  if (!exact_float32 && !tf32 && gett::outruns_unfused(p) && gett_why_not(p, options.fp32_precision).empty())
+  if (!exact_float32 && gett::outruns_unfused(p) && gett_why_not(p, options.fp32_precision).empty())
     return kKernels[kGett];
   if (unfused_why_not(p).empty()) return kKernels[kUnfused];
   return kKernels[kSimt];

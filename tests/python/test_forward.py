@@ -89,7 +89,8 @@ def set_tf32_through(api, enabled):
 @pytest.mark.parametrize("shape", [(4, 12, 32, 56), (16, 2048, 64, 1024)], ids=lambda s: "x".join(map(str, s)))
 def test_float32_follows_torch_tf32_setting(shape, api):
     # TF32 exactly when nn.Linear's cuBLAS matmul would use it: with it off the result is
-    # float32-accurate; with it on it is as accurate as PyTorch's own TF32 result, or better.
+    # float32-accurate; with it on it is as accurate as PyTorch's own TF32 result, within noise
+    # (truncating the operands to TF32 instead of rounding them gave 2.5x PyTorch's error here).
     inputs = make_inputs(*shape, device="cuda")
     reference64 = reference_forward(*inputs.to(torch.float64).as_tuple())
     try:
@@ -100,7 +101,7 @@ def test_float32_follows_torch_tf32_setting(shape, api):
         tf32 = gather_linear.forward(*inputs.as_tuple())
         error = (tf32.double() - reference64).abs().max().item()
         torch_error = (reference_forward(*inputs.as_tuple()).double() - reference64).abs().max().item()
-        assert error <= 2 * torch_error + 1e-5, f"tf32: error {error:.3g} vs PyTorch's {torch_error:.3g}"
+        assert error <= 1.5 * torch_error + 1e-5, f"tf32: error {error:.3g} vs PyTorch's {torch_error:.3g}"
         if shape[1] * shape[3] > 1_000_000:
             # Where tensor cores pay off, allowing TF32 must change the computation.
             assert not torch.equal(tf32, exact), "TF32 allowed, yet the result is the exact one: the setting was lost"
