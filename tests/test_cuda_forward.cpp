@@ -4,6 +4,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+#include <thread>
+
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cuda/gett_kernel.hpp"
@@ -234,6 +238,39 @@ TEST_F(CudaTest, WorkspaceAllocatorSuppliesScratch) {
   EXPECT_TRUE(recorder.requests.empty());
 }
 
+// The library's scratch cannot grow on a stream that is being captured: forward() says so with an
+// Error naming options.workspace before enqueuing anything, and the capture stays valid. After one
+// call on the stream, the same capture works. It runs on a fresh host thread's per-thread default
+// stream, for which the library holds no scratch this large yet (the per-thread streams of
+// LibraryScratchIsPerStream need less).
+TEST_F(CudaTest, CaptureWithoutScratchIsAClearError) {
+  const Case c{{8, 1024, 64, 64}, DType::float32, Layout::head_major, true};
+  Operands o = make_operands(c, 51);
+  DeviceOperands d(o);
+  const Options baseline = options_for(kBaseline);
+  std::thread([&] {
+    const cudaStream_t stream = cudaStreamPerThread;
+    CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    try {
+      d.forward(baseline, stream);
+      ADD_FAILURE() << "forward grew the library's scratch during a capture";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "options.workspace") << e.what();
+      EXPECT_NE(std::string(e.what()).find("captured into a CUDA graph"), std::string::npos) << e.what();
+    }
+    cudaGraph_t graph;
+    CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));  // not invalidated
+    CUDA_ASSERT(cudaGraphDestroy(graph));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    d.y.download(o.y);
+    for (std::size_t i = 0; i < o.y.elements(); ++i) ASSERT_TRUE(std::isnan(o.y.get(i))) << "y[" << i << "] written";
+    d.forward(baseline, stream);
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    expect_graph_replays_match(c, d, baseline, stream, 2, 151, 1e-5);
+  }).join();
+  CUDA_ASSERT(cudaGetLastError());
+}
+
 // Without a caller's workspace the library's scratch is per stream: the unfused baseline on two
 // streams at once (concatenation and cuBLASLt scratch alike) must not mix their operands.
 TEST_F(CudaTest, LibraryScratchIsPerStream) {
@@ -256,6 +293,22 @@ TEST_F(CudaTest, LibraryScratchIsPerStream) {
   }
   CUDA_ASSERT(cudaStreamDestroy(s1));
   CUDA_ASSERT(cudaStreamDestroy(s2));
+
+  // The per-thread default stream: one handle, a different stream in each host thread.
+  Operands o3 = make_operands(c, 33), o4 = make_operands(c, 34);
+  DeviceOperands d3(o3), d4(o4);
+  const auto run_on_own_stream = [&](const DeviceOperands& d) {
+    for (int i = 0; i < 50; ++i) d.forward(baseline, cudaStreamPerThread);
+    CUDA_ASSERT(cudaStreamSynchronize(cudaStreamPerThread));
+  };
+  std::thread t3(run_on_own_stream, std::cref(d3)), t4(run_on_own_stream, std::cref(d4));
+  t3.join();
+  t4.join();
+  for (auto [o, d] : {std::pair{&o3, &d3}, std::pair{&o4, &d4}}) {
+    d->y.download(o->y);
+    const Problem p = validate_forward_args(o->x.view, o->weight.view, o->bias_view(), o->y.view);
+    EXPECT_LE(relative_error(o->y, cpu::reference_forward(p), c.shape.B, c.shape.K), 1e-5) << "per-thread streams";
+  }
 }
 
 // forward() runs on the tensors' device whichever device is current, and leaves the current

@@ -35,7 +35,7 @@ std::string_view select_kernel(const TensorView& x, const TensorView& weight,
                                const Options& options = {});
 
 // Device scratch bytes the chosen kernel needs (0 for every fused kernel). Pass at least this
-// much in Options::workspace to keep the library from using its own per-device cache.
+// much in Options::workspace to keep the library from using its own per-stream cache.
 std::size_t workspace_bytes(const TensorView& x, const TensorView& weight,
                             const std::optional<TensorView>& bias, const TensorView& y,
                             const Options& options = {});

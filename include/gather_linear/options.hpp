@@ -14,8 +14,9 @@ enum class Fp32Precision { ieee, tf32 };
 // that need one (the unfused baseline's concatenation buffer and cuBLASLt's scratch;
 // workspace_bytes() says how much), aligned to 256 bytes. When absent the library keeps one
 // buffer per (device, stream) that grows on demand. Growing it allocates, which a stream being
-// captured into a CUDA graph refuses: run one forward on that stream before capturing (the graph
-// then keeps using the stream's buffer, so replay it on that stream), or pass a workspace.
+// captured into a CUDA graph refuses (forward() then throws an Error naming options.workspace):
+// run one forward on that stream before capturing (the graph then keeps using the stream's
+// buffer, so replay it on that stream), or pass a workspace.
 struct Workspace {
   void* data = nullptr;
   std::size_t bytes = 0;

@@ -5,6 +5,8 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -90,11 +92,21 @@ void check_device_arguments(const Problem& p) {
 
 Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes) {
   static std::mutex mutex;
-  static std::map<std::pair<int, CudaStream>, Workspace> buffers;
+  static std::map<std::tuple<int, CudaStream, std::thread::id>, Workspace> buffers;
   static std::vector<void*> outgrown;  // kept, never freed: see the declaration
+  // cudaStreamPerThread names a different stream in every host thread.
+  const std::thread::id owner = stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id{};
   std::lock_guard lock(mutex);
-  Workspace& buffer = buffers[{device, stream}];
+  Workspace& buffer = buffers[{device, stream, owner}];
   if (buffer.bytes < bytes) {
+    // cudaMalloc during a capture would fail and invalidate the capture: say what to do instead.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) (void)cudaGetLastError();
+    if (capture != cudaStreamCaptureStatusNone)
+      throw Error(ErrorCode::invalid_argument, "options.workspace",
+                  "the stream is being captured into a CUDA graph and the library has no " + std::to_string(bytes) +
+                      "-byte scratch for it yet; pass options.workspace or options.workspace_allocator "
+                      "(workspace_bytes() says how much), or run one forward on this stream before capturing");
     // Grow at least twofold, so that what is kept stays below the current buffer's size.
     const std::size_t grown = std::max(bytes, 2 * buffer.bytes);
     const ScopedDevice on_device(device);
