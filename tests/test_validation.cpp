@@ -2,6 +2,7 @@
 // and y (poisoned with NaN beforehand) is left untouched.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -55,6 +56,31 @@ struct ValidationFixture : ::testing::Test {
 TEST_F(ValidationFixture, ValidCallWritesEveryOutput) {
   forward(xv, wv, bv, yv, options);
   for (std::size_t i = 0; i < y.elements(); ++i) EXPECT_FALSE(std::isnan(y.get(i)));
+}
+
+// output_sizes() checks x, weight and bias exactly as forward() does, and never looks at y.
+TEST_F(ValidationFixture, OutputSizesChecksTheInputsAlone) {
+  yv.rank = 1;  // y is not an argument of output_sizes
+  EXPECT_EQ(output_sizes(xv, wv, bv), (std::array<std::int64_t, 2>{B, K}));
+  EXPECT_EQ(output_sizes(xv, wv, std::nullopt), (std::array<std::int64_t, 2>{B, K}));
+  const auto expect_same_error = [&](const std::string& argument, const std::string& fragment) {
+    try {
+      output_sizes(xv, wv, bv);
+      ADD_FAILURE() << "output_sizes accepted a bad " << argument;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  SetUp();
+  wv.sizes[1] = R * H + 1;
+  expect_same_error("weight", "expected size(1) == R*H = 2*4 = 8, got 9");
+  SetUp();
+  bv->dtype = DType::bfloat16;
+  expect_same_error("bias", "expected dtype float32 (the dtype of x), got bfloat16");
+  SetUp();
+  xv.rank = 2;
+  expect_same_error("x", "expected rank 3 (R, B, H), got rank 2");
 }
 
 TEST_F(ValidationFixture, WrongRanks) {

@@ -6,7 +6,9 @@
 // stride. All tensors share one dtype and one device.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +30,11 @@ using CudaStream = CUstream_st*;
 // stream) and is not synchronised; it allocates nothing per call and is graph-capturable.
 void forward(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
              const TensorView& y, const Options& options = {}, CudaStream stream = nullptr);
+
+// Validates x, weight and bias as forward() does (throwing the same Errors) and returns y's sizes
+// (B, K): a caller that allocates y, such as a framework binding, does so only for valid inputs.
+std::array<std::int64_t, 2> output_sizes(const TensorView& x, const TensorView& weight,
+                                         const std::optional<TensorView>& bias);
 
 // The kernel forward() would run for these arguments (validating them as forward does).
 std::string_view select_kernel(const TensorView& x, const TensorView& weight,

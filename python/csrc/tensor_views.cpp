@@ -72,9 +72,9 @@ ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
     args.bias = bias->contiguous();
     args.bias_view = input_view(args.bias, "bias");
   }
-  // A wrong rank leaves a dimension at 0: validation then reports the rank, not an index error.
-  const std::int64_t B = x.dim() == 3 ? x.size(1) : 0;
-  const std::int64_t K = weight.dim() == 2 ? weight.size(0) : 0;
+  // y is allocated only for valid inputs: a wrong call with a huge (expanded) x reports its
+  // argument, not an out-of-memory error.
+  const auto [B, K] = output_sizes(args.x_view, args.weight_view, args.bias_view);
   args.y = at::empty({B, K}, x.options());
   args.y_view = view_of(args.y, args.y.mutable_data_ptr(), "y");
   return args;

@@ -22,8 +22,8 @@ struct ForwardArguments {
 };
 
 // Views x, weight and bias as they are (bias made contiguous, weight given a unit inner stride
-// if it lacks one) and allocates y. Ranks and shapes are not checked here: gather_linear's
-// validation does that with its own messages, and y is then allocated empty.
+// if it lacks one), validates them (gather_linear::output_sizes, the library's own checks and
+// messages) and allocates y.
 ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias);
 

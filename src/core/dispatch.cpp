@@ -1,5 +1,6 @@
 // forward(): validate, pick a kernel (or take the forced one), find its workspace, run it.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -108,6 +109,12 @@ void forward(const TensorView& x, const TensorView& weight, const std::optional<
     }
   }
   r.kernel->run(r.problem, options, workspace, stream);
+}
+
+std::array<std::int64_t, 2> output_sizes(const TensorView& x, const TensorView& weight,
+                                         const std::optional<TensorView>& bias) {
+  const Problem p = validate_inputs(x, weight, bias);
+  return {p.B, p.K};
 }
 
 std::string_view select_kernel(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,

@@ -87,25 +87,21 @@ void check_no_overlap(const ByteSpan& y, const ByteSpan& input, const char* inpu
 
 }  // namespace
 
-Problem validate_forward_args(const TensorView& x, const TensorView& weight,
-                              const std::optional<TensorView>& bias, const TensorView& y) {
+Problem validate_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias) {
   check_rank(x, "x", 3, "(R, B, H)");
   check_rank(weight, "weight", 2, "(K, R*H)");
   if (bias) check_rank(*bias, "bias", 1, "(K)");
-  check_rank(y, "y", 2, "(B, K)");
 
   if (!is_floating(x.dtype))
     fail("x", "unsupported dtype " + std::string(dtype_name(x.dtype)) + "; expected float32, float16, bfloat16 or float64",
          ErrorCode::unsupported);
   check_dtype_and_device(weight, "weight", x);
   if (bias) check_dtype_and_device(*bias, "bias", x);
-  check_dtype_and_device(y, "y", x);
   if (x.device.index < 0) fail("x", "invalid device " + to_string(x.device));
 
   check_sizes_and_strides(x, "x");
   check_sizes_and_strides(weight, "weight");
   if (bias) check_sizes_and_strides(*bias, "bias");
-  check_sizes_and_strides(y, "y");
 
   Problem p;
   p.R = x.size(0);
@@ -122,30 +118,14 @@ Problem validate_forward_args(const TensorView& x, const TensorView& weight,
                        str(weight.size(1)));
   if (bias && bias->size(0) != p.K)
     fail("bias", "expected size(0) == K = " + str(p.K) + " (weight.size(0)), got " + str(bias->size(0)));
-  if (y.size(0) != p.B) fail("y", "expected size(0) == B = " + str(p.B) + " (x.size(1)), got " + str(y.size(0)));
-  if (y.size(1) != p.K)
-    fail("y", "expected size(1) == K = " + str(p.K) + " (weight.size(0)), got " + str(y.size(1)));
-
   if (p.RH > 1 && p.K > 0 && weight.stride(1) != 1)
     fail("weight", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(weight.stride(1)));
   if (bias && p.K > 1 && bias->stride(0) != 1)
     fail("bias", "expected a contiguous bias (stride(0) == 1), got stride(0) = " + str(bias->stride(0)));
-  if (p.K > 1 && p.B > 0 && y.stride(1) != 1)
-    fail("y", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(y.stride(1)));
-  if (p.B > 1 && p.K > 0 && y.stride(0) < p.K)
-    fail("y", "rows overlap: expected stride(0) >= K = " + str(p.K) + ", got stride(0) = " + str(y.stride(0)));
 
-  const ByteSpan x_span = reachable_bytes(x, "x");
-  const ByteSpan weight_span = reachable_bytes(weight, "weight");
-  const ByteSpan bias_span = bias ? reachable_bytes(*bias, "bias") : ByteSpan{};
-  const ByteSpan y_span = reachable_bytes(y, "y");
-  check_pointer(x, "x", x_span);
-  check_pointer(weight, "weight", weight_span);
-  if (bias) check_pointer(*bias, "bias", bias_span);
-  check_pointer(y, "y", y_span);
-  check_no_overlap(y_span, x_span, "x");
-  check_no_overlap(y_span, weight_span, "weight");
-  check_no_overlap(y_span, bias_span, "bias");
+  check_pointer(x, "x", reachable_bytes(x, "x"));
+  check_pointer(weight, "weight", reachable_bytes(weight, "weight"));
+  if (bias) check_pointer(*bias, "bias", reachable_bytes(*bias, "bias"));
 
   p.dtype = x.dtype;
   p.device = x.device;
@@ -156,6 +136,29 @@ Problem validate_forward_args(const TensorView& x, const TensorView& weight,
   p.weight = weight.data;
   p.weight_stride_k = weight.stride(0);
   p.bias = bias && p.K > 0 ? bias->data : nullptr;
+  return p;
+}
+
+Problem validate_forward_args(const TensorView& x, const TensorView& weight,
+                              const std::optional<TensorView>& bias, const TensorView& y) {
+  Problem p = validate_inputs(x, weight, bias);
+  check_rank(y, "y", 2, "(B, K)");
+  check_dtype_and_device(y, "y", x);
+  check_sizes_and_strides(y, "y");
+  if (y.size(0) != p.B) fail("y", "expected size(0) == B = " + str(p.B) + " (x.size(1)), got " + str(y.size(0)));
+  if (y.size(1) != p.K)
+    fail("y", "expected size(1) == K = " + str(p.K) + " (weight.size(0)), got " + str(y.size(1)));
+  if (p.K > 1 && p.B > 0 && y.stride(1) != 1)
+    fail("y", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(y.stride(1)));
+  if (p.B > 1 && p.K > 0 && y.stride(0) < p.K)
+    fail("y", "rows overlap: expected stride(0) >= K = " + str(p.K) + ", got stride(0) = " + str(y.stride(0)));
+
+  const ByteSpan y_span = reachable_bytes(y, "y");
+  check_pointer(y, "y", y_span);
+  check_no_overlap(y_span, reachable_bytes(x, "x"), "x");
+  check_no_overlap(y_span, reachable_bytes(weight, "weight"), "weight");
+  check_no_overlap(y_span, bias ? reachable_bytes(*bias, "bias") : ByteSpan{}, "bias");
+
   p.y = y.data;
   p.y_stride_b = y.stride(0);
   return p;

@@ -9,7 +9,9 @@
 
 namespace gather_linear {
 
-// Throws gather_linear::Error (invalid_argument or unsupported) on the first problem found.
+// Throws gather_linear::Error (invalid_argument or unsupported) on the first problem found:
+// x, weight and bias first (validate_inputs, which leaves the problem's y unset), then y.
+Problem validate_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias);
 Problem validate_forward_args(const TensorView& x, const TensorView& weight,
                               const std::optional<TensorView>& bias, const TensorView& y);
 

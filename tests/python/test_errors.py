@@ -78,3 +78,13 @@ def test_fake_kernel_reports_the_same_shape_errors():
             gather_linear.forward(x, w[:, :100], b)
         with pytest.raises(ValueError, match=r"^x: expected rank 3"):
             gather_linear.forward(x[0], w, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_inputs_are_checked_before_y_is_allocated(device):
+    # x expanded to 2^46 rows costs nothing, but its y would take 2^50 bytes: a wrong weight must
+    # be reported as such, not as the failed allocation of y.
+    x = torch.randn(2, 1, 8, device=device).expand(2, 2**46, 8)
+    weight = torch.randn(4, 15, device=device)
+    with pytest.raises(ValueError, match=r"^weight: expected size\(1\) == R\*H = 2\*8 = 16, got 15"):
+        gather_linear.forward(x, weight)
