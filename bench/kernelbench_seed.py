@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 
 from gather_linear import GatherLinear, kernelbench
+from torch_bench import isolated_call_us, l2_flush_buffer
 
 WARMUPS, TRIALS, CORRECTNESS_TRIALS = 3, 100, 5
-L2_FLUSH_BYTES = 256 * 1024 * 1024
 BACK_TO_BACK_CALLS = 5000
 
 
@@ -52,18 +52,7 @@ def verify(reference, candidate, name):
 def kernelbench_times_us(model, x, flush_buffer):
     for _ in range(WARMUPS):
         model(x)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(TRIALS):
-        torch.cuda.synchronize()
-        flush_buffer.fill_(1)
-        start.record()
-        model(x)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return times
+    return [isolated_call_us(model, (x,), flush_buffer) for _ in range(TRIALS)]
 
 
 def back_to_back_us(model, x):
@@ -91,7 +80,7 @@ def main():
     verify(model, gather, "GatherLinear")
 
     x = kernelbench.get_inputs()[0].cuda()
-    flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    flush_buffer = l2_flush_buffer()
     rows = []
     for mode, context in (("no_grad", torch.no_grad), ("grad_enabled", contextlib.nullcontext)):
         with context():

@@ -1,5 +1,6 @@
-"""What the PyTorch benchmarks (op_overhead.py, torch_comparison.py) share: rotating input sets,
-back-to-back timing by one CUDA-event pair, and the CSV they write."""
+"""What the PyTorch benchmarks (op_overhead.py, torch_comparison.py, kernelbench_seed.py) share:
+rotating input sets, back-to-back timing by one CUDA-event pair, KernelBench's isolated trial, and
+the CSV they write."""
 
 import csv
 from pathlib import Path
@@ -29,6 +30,26 @@ def per_call_us(fn, sets, calls):
     stop.record()
     stop.synchronize()
     return start.elapsed_time(stop) * 1000 / calls
+
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench's flush, larger than any GPU's L2
+
+
+def l2_flush_buffer():
+    return torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+
+def isolated_call_us(fn, args, flush_buffer):
+    """One KernelBench trial: synchronize, flush the L2 by writing flush_buffer, time one call
+    between a CUDA-event pair, synchronize. µs."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    flush_buffer.fill_(1)
+    start.record()
+    fn(*args)
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) * 1000
 
 
 def write_csv(path, rows):

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import gather_linear
-from torch_bench import per_call_us, rotating_input_sets, write_csv
+from torch_bench import isolated_call_us, l2_flush_buffer, per_call_us, rotating_input_sets, write_csv
 
 SHAPES = [(8, 8192, 512, 4096), (32, 8192, 128, 4096), (4, 16384, 64, 8192)]
 MODES = {  # name: dtype, TF32 allowed (float16 runs the same kernels as bfloat16)
@@ -33,7 +33,6 @@ MODES = {  # name: dtype, TF32 allowed (float16 runs the same kernels as bfloat1
     "float32": (torch.float32, False),
 }
 PROTOCOLS = ("back_to_back", "isolated")
-L2_FLUSH_BYTES = 256 * 1024 * 1024
 ISOLATED_TRIALS = 40
 
 
@@ -56,17 +55,10 @@ def back_to_back_us(candidates, rounds, calls):
 
 def isolated_us(candidates, trials, flush_buffer):
     """Median over trials of one forward timed alone after an L2 flush, candidates in turn."""
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = {name: [] for name in candidates}
     for trial in range(trials):
         for name, (fn, sets) in candidates.items():
-            torch.cuda.synchronize()
-            flush_buffer.fill_(1)
-            start.record()
-            fn(*sets[trial % len(sets)])
-            stop.record()
-            torch.cuda.synchronize()
-            times[name].append(start.elapsed_time(stop) * 1000)
+            times[name].append(isolated_call_us(fn, sets[trial % len(sets)], flush_buffer))
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -77,7 +69,7 @@ def main():
     parser.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
     parser.add_argument("--rounds", type=int, default=9, help="back_to_back rounds")
     args = parser.parse_args()
-    flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    flush_buffer = l2_flush_buffer()
     rows = []
     print(f"{'protocol':>12} {'R':>3} {'B':>6} {'H':>4} {'K':>5} {'mode':>9} {'eager us':>9} {'compile us':>10} "
           f"{'GEMM-only us':>12} {'ours us':>9} {'eager/ours':>10} {'compile/ours':>12} {'GEMM-only/ours':>14}")

@@ -4,7 +4,7 @@
 #   scripts/gpu_validation.sh <out-dir> [tests|bench|all]
 # `tests`: build (scripts/build_gpu_host.sh) and install the PyTorch package, then the C++ GPU
 # suite, compute-sanitizer (memcheck, racecheck) and pytest: about 7 minutes on an H200.
-# `bench`: the CLI, the float32 and bfloat16 sweeps, the GETT on the largest shapes, the op
+# `bench`: the CLI, the float32, bfloat16 and TF32 sweeps, the GETT on the largest shapes, the op
 # against the library and the KernelBench protocol, on the build `tests` left (run it right
 # after, while the machine is still warm): about 5 minutes. `all` (default): both.
 set -uo pipefail
@@ -46,6 +46,10 @@ if [[ $phase == bench || $phase == all ]]; then
   step "bfloat16 sweep"
   timeout 200 bench/run_sweep.sh build/gpu/tools/gather-linear bench/shapes_sweep.txt "$out/sweep_bf16.csv" \
     --dtype bf16 2> /dev/null || status=1
+
+  step "TF32 sweep"
+  timeout 200 bench/run_sweep.sh build/gpu/tools/gather-linear bench/shapes_sweep.txt "$out/sweep_tf32.csv" \
+    --tf32 2> /dev/null || status=1
 
   step "GETT on the largest shapes"
   timeout 120 build/gpu/bench/kernel_variants gett_large > "$out/gett_large.csv" 2>&1 || status=1
