@@ -10,8 +10,9 @@ filter='Sweep/CudaForwardSweep.EveryKernel/R4_B12_H32_K56_*:Sweep/CudaForwardSwe
 filter+=':Sweep/CudaForwardSweep.EveryKernel/R3_B191_H4_K66_*:Sweep/CudaForwardSweep.EveryKernel/R2_B127_H8_K129_*'
 filter+=':Sweep/CudaForwardSweep.EveryKernel/R1_B129_H17_K127_*:Sweep/CudaForwardSweep.EveryKernel/R3_B4_H0_K5_*'
 filter+=':CudaTest.GraphCaptureReplaysWithNewInputs:CudaTest.DeviceArgumentErrorsLeaveYUntouched'
-# The GETT without cuBLAS beside it (racecheck reports hazards inside cuBLAS's own 16-bit kernels).
-filter+=':CudaTest.GettSchedulerTuningKeepsResults'
+# The GETT (16-bit and TF32) without cuBLAS beside it (racecheck reports hazards inside cuBLAS's
+# own 16-bit kernels).
+filter+=':CudaTest.GettSchedulerTuningKeepsResults:CudaTest.GettTf32RoundsOperandsToNearest'
 status=0
 for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
   echo "== compute-sanitizer --tool $tool"

@@ -311,6 +311,31 @@ TEST_F(CudaTest, LibraryScratchIsPerStream) {
   }
 }
 
+// A per-thread default stream goes away with its thread, and a later thread often gets the same
+// thread id (so the same handle and thread in the library's cache) while the first stream's work
+// is still queued. The new stream must not take over that work's scratch: both results stay right.
+TEST_F(CudaTest, ScratchOfAGoneStreamIsNotReusedEarly) {
+  const Case c{{8, 512, 128, 512}, DType::float32, Layout::head_major, true};
+  Operands o1 = make_operands(c, 61), o2 = make_operands(c, 62);
+  DeviceOperands d1(o1), d2(o2);
+  const Options baseline = options_for(kBaseline);
+  for (int trial = 0; trial < 5; ++trial) {
+    std::thread([&] {
+      for (int i = 0; i < 20; ++i) d1.forward(baseline, cudaStreamPerThread);  // left queued
+    }).join();
+    std::thread([&] {
+      for (int i = 0; i < 20; ++i) d2.forward(baseline, cudaStreamPerThread);
+      CUDA_ASSERT(cudaStreamSynchronize(cudaStreamPerThread));
+    }).join();
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    for (auto [o, d] : {std::pair{&o1, &d1}, std::pair{&o2, &d2}}) {
+      d->y.download(o->y);
+      const Problem p = validate_forward_args(o->x.view, o->weight.view, o->bias_view(), o->y.view);
+      EXPECT_LE(relative_error(o->y, cpu::reference_forward(p), c.shape.B, c.shape.K), 1e-5) << "trial " << trial;
+    }
+  }
+}
+
 // forward() runs on the tensors' device whichever device is current, and leaves the current
 // device as it found it.
 TEST_F(CudaTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {

@@ -38,9 +38,10 @@ void check_device(const Problem& p);
 void check_device_arguments(const Problem& p);
 // Device scratch owned by the library for callers that bring none: one buffer per (device,
 // stream), so that work on different streams never shares one (the per-thread default stream
-// counts once per host thread). It only grows (while the stream
-// is being captured it cannot, and throws an Error naming options.workspace), and a buffer it
-// outgrows stays allocated, since a CUDA graph captured earlier may still use it.
+// counts once per host thread). It only grows (while the stream is being captured it cannot, and
+// throws an Error naming options.workspace), and a buffer it outgrows stays allocated, since a
+// CUDA graph captured on that stream may still use it. A stream handle that comes back naming a
+// new stream (the old one destroyed) gets new buffers; the old ones are freed.
 Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes);
 int device_count();
 

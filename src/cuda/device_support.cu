@@ -91,31 +91,48 @@ void check_device_arguments(const Problem& p) {
 }
 
 Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes) {
+  struct Scratch {
+    unsigned long long stream_id = 0;  // cudaStreamGetId of the stream that owns the buffers
+    Workspace buffer{};
+    std::vector<void*> outgrown;  // kept while that stream lives: see the declaration
+  };
   static std::mutex mutex;
-  static std::map<std::tuple<int, CudaStream, std::thread::id>, Workspace> buffers;
-  static std::vector<void*> outgrown;  // kept, never freed: see the declaration
+  static std::map<std::tuple<int, CudaStream, std::thread::id>, Scratch> scratch_of;
   // cudaStreamPerThread names a different stream in every host thread.
   const std::thread::id owner = stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id{};
+  // During a capture neither the stream's id may be asked (that would invalidate the capture) nor
+  // memory allocated: the buffer the stream had before the capture began is used, or none.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) (void)cudaGetLastError();
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  unsigned long long stream_id = 0;
+  if (!capturing) check(cudaStreamGetId(stream, &stream_id), "cudaStreamGetId");
   std::lock_guard lock(mutex);
-  Workspace& buffer = buffers[{device, stream, owner}];
-  if (buffer.bytes < bytes) {
-    // cudaMalloc during a capture would fail and invalidate the capture: say what to do instead.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) (void)cudaGetLastError();
-    if (capture != cudaStreamCaptureStatusNone)
+  Scratch& scratch = scratch_of[{device, stream, owner}];
+  // A handle (or a thread) seen before can name a new stream once the old one is destroyed: its
+  // buffers may still be in use by work the old stream had queued, so they are not reused.
+  const bool new_stream = !capturing && scratch.stream_id != stream_id;
+  if (new_stream || scratch.buffer.bytes < bytes) {
+    if (capturing)
       throw Error(ErrorCode::invalid_argument, "options.workspace",
                   "the stream is being captured into a CUDA graph and the library has no " + std::to_string(bytes) +
                       "-byte scratch for it yet; pass options.workspace or options.workspace_allocator "
                       "(workspace_bytes() says how much), or run one forward on this stream before capturing");
-    // Grow at least twofold, so that what is kept stays below the current buffer's size.
-    const std::size_t grown = std::max(bytes, 2 * buffer.bytes);
     const ScopedDevice on_device(device);
+    if (new_stream) {
+      // cudaFree waits for the device to finish, so also for the old stream's queued work.
+      if (scratch.buffer.data != nullptr) scratch.outgrown.push_back(scratch.buffer.data);
+      for (void* data : scratch.outgrown) check(cudaFree(data), "cudaFree(workspace)");
+      scratch = {stream_id, {}, {}};
+    }
+    // Grow at least twofold, so that what is kept stays below the current buffer's size.
+    const std::size_t grown = std::max(bytes, 2 * scratch.buffer.bytes);
     void* data = nullptr;
     check(cudaMalloc(&data, grown), "cudaMalloc(workspace)");
-    if (buffer.data != nullptr) outgrown.push_back(buffer.data);
-    buffer = {data, grown};
+    if (scratch.buffer.data != nullptr) scratch.outgrown.push_back(scratch.buffer.data);
+    scratch.buffer = {data, grown};
   }
-  return buffer;
+  return scratch.buffer;
 }
 
 ScopedDevice::ScopedDevice(int device) {
