@@ -13,7 +13,8 @@ enum class Fp32Precision { ieee, tf32 };
 // Device scratch owned by the caller (e.g. from a framework's caching allocator), for the kernels
 // that need one (the unfused baseline's concatenation buffer and cuBLASLt's scratch;
 // workspace_bytes() says how much), aligned to 256 bytes. When absent the library keeps one
-// buffer per (device, stream) that grows on demand. Growing it allocates, which a stream being
+// buffer per (device, stream) that grows on demand (and is freed when a later stream comes back
+// under the same handle, after the old stream's work). Growing it allocates, which a stream being
 // captured into a CUDA graph refuses (forward() then throws an Error naming options.workspace):
 // run one forward on that stream before capturing (the graph then keeps using the stream's
 // buffer, so replay it on that stream), or pass a workspace.
