@@ -2,7 +2,9 @@
 // same way, so the op composes with streams, the caching allocator and CUDA graphs:
 // - x's device is made current (CUDAGuard) and the library launches on PyTorch's current stream;
 // - y, and the workspace if the chosen kernel needs one, come from at::empty (the caching
-//   allocator, through Options::workspace_allocator, so the arguments are validated once);
+//   allocator; the workspace through Options::workspace_allocator, so that finding its size
+//   does not validate the arguments a third time: output_sizes() checked the inputs before y
+//   was allocated, forward() checks everything);
 // - float32 uses TF32 exactly when nn.Linear's cuBLAS matmul would;
 // - the library skips its CUDA pointer queries (Options::device_pointers_verified);
 // - the unfused fallback's cuBLASLt handle is created by the library on first use on a device

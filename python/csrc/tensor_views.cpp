@@ -68,7 +68,7 @@ ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
   args.x_view = input_view(x, "x");
   args.weight = with_unit_inner_stride(weight);
   args.weight_view = input_view(args.weight, "weight");
-  if (bias.has_value()) {
+  if (bias.has_value() && bias->defined()) {  // PyTorch may pass an absent bias as undefined
     args.bias = bias->contiguous();
     args.bias_view = input_view(args.bias, "bias");
   }

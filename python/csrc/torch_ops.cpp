@@ -1,6 +1,6 @@
-// The operator's schema, shared by every backend. The CPU and CUDA kernels and the autograd
-// kernel register in their own files (forward_cpu.cpp, forward_cuda.cpp, autograd.cpp); the fake
-// (meta) kernel is Python, in gather_linear/ops.py.
+// The operator's schema, shared by every backend. The CPU and CUDA kernels, the autograd kernel
+// and the autocast kernels register in their own files (forward_cpu.cpp, forward_cuda.cpp,
+// autograd.cpp, autocast.cpp); the fake (meta) kernel is Python, in gather_linear/ops.py.
 //
 // This shared library uses libtorch's C++ API only, never Python's C API: it is loaded with
 // torch.ops.load_library, and one build serves every Python version of the same torch.
@@ -12,5 +12,5 @@ TORCH_LIBRARY(gather_linear, m) {
   m.set_python_module("gather_linear.ops");
   // y = bias + cat([x[r] for r in range(R)], -1) @ weight.T, with x (R, B, H), weight (K, R*H),
   // bias (K) or None; y is (B, K) with x's dtype and device.
-  m.def("forward(Tensor x, Tensor weight, Tensor? bias) -> Tensor", {at::Tag::pt2_compliant_tag});
+  m.def("forward(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", {at::Tag::pt2_compliant_tag});
 }

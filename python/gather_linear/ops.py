@@ -26,17 +26,32 @@ def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 
 
 @torch.library.register_fake("gather_linear::forward")
-def _forward_fake(x, weight, bias):
-    # Only what the output's shape depends on is checked here; the real kernels validate
-    # everything else (dtypes, devices, strides) with the same "<argument>: ..." messages.
+def _forward_fake(x, weight, bias=None):
+    # The checks a traced graph must not pass where the real kernels would refuse, in their order
+    # and with their "<argument>: ..." messages (ranks, dtypes and devices, sizes); strides and
+    # alignment are the real kernels' alone.
     torch._check_value(x.dim() == 3, lambda: f"x: expected rank 3 (R, B, H), got rank {x.dim()}")
     torch._check_value(weight.dim() == 2, lambda: f"weight: expected rank 2 (K, R*H), got rank {weight.dim()}")
+    if bias is not None:
+        torch._check_value(bias.dim() == 1, lambda: f"bias: expected rank 1 (K), got rank {bias.dim()}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is None:
+            continue
+        torch._check_value(
+            t.dtype == x.dtype, lambda: f"{name}: expected dtype {_name(x.dtype)} (the dtype of x), got {_name(t.dtype)}"
+        )
+        torch._check_value(
+            t.device == x.device, lambda: f"{name}: expected device {x.device} (the device of x), got {t.device}"
+        )
     R, B, H = x.shape
     K, RH = weight.shape
     torch._check_value(RH == R * H, lambda: f"weight: expected size(1) == R*H = {R}*{H} = {R * H}, got {RH}")
     if bias is not None:
         torch._check_value(
-            bias.dim() == 1 and bias.shape[0] == K,
-            lambda: f"bias: expected shape (K,) = ({K},) (weight.size(0)), got {tuple(bias.shape)}",
+            bias.shape[0] == K, lambda: f"bias: expected size(0) == K = {K} (weight.size(0)), got {bias.shape[0]}"
         )
     return x.new_empty((B, K))
+
+
+def _name(dtype):
+    return str(dtype).removeprefix("torch.")

@@ -75,3 +75,42 @@ def test_no_graph_without_requires_grad():
     with torch.no_grad():
         y = gather_linear.forward(*requiring_grad(inputs, ("x", "weight")).as_tuple())
     assert y.grad_fn is None and not y.requires_grad
+
+
+def test_forward_mode_ad_is_refused_not_dropped():
+    # No forward-mode formula: a dual input must raise, not give a result without its tangent.
+    import torch.autograd.forward_ad as fwAD
+
+    x, weight, bias = make_inputs(4, 12, 32, 56).as_tuple()
+    with fwAD.dual_level():
+        dual_x = fwAD.make_dual(x, torch.ones_like(x))
+        with pytest.raises(NotImplementedError, match="forward-mode AD"):
+            gather_linear.forward(dual_x, weight, bias)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autocast_runs_in_the_autocast_dtype_like_linear(device):
+    # Under torch.autocast nn.Linear casts its float32 inputs to the autocast dtype; the op and the
+    # module do the same, forward and backward (float32 parameters get float32 gradients).
+    dtype = torch.bfloat16 if device == "cpu" else torch.float16
+    inputs = make_inputs(4, 12, 32, 56, device=device)
+    module = gather_linear.GatherLinear(4, 32, 56).to(device)
+    linear = torch.nn.Linear(4 * 32, 56).to(device)
+    linear.load_state_dict(module.state_dict())
+    with torch.autocast(device, dtype=dtype):
+        ours = module(inputs.x)
+        theirs = linear(torch.cat(inputs.x.unbind(0), dim=-1))
+        mixed = gather_linear.forward(inputs.x.to(dtype), module.weight, module.bias)  # bfloat16 x, float32 weight
+    assert ours.dtype == theirs.dtype == mixed.dtype == dtype
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(mixed, theirs)
+    ours.float().sum().backward()
+    theirs.float().sum().backward()
+    assert module.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(module.weight.grad, linear.weight.grad)
+    torch.testing.assert_close(module.bias.grad, linear.bias.grad)
+
+
+def test_bias_may_be_left_out_of_the_op_call():
+    x, weight, _ = make_inputs(4, 12, 32, 56).as_tuple()
+    torch.testing.assert_close(torch.ops.gather_linear.forward(x, weight), reference_forward(x, weight, None))

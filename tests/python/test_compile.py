@@ -58,3 +58,20 @@ def test_compiled_model_new(device):
     x = make_inputs(kernelbench.R, kernelbench.B, kernelbench.H, kernelbench.K, device=device).x
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_training_with_dynamic_batch_compiles_once(device):
+    # The backward's sizes stay symbolic: a new batch size reuses the compiled graph.
+    module = gather_linear.GatherLinear(4, 32, 56).to(device)
+    reference = gather_linear.GatherLinear(4, 32, 56).to(device)
+    reference.load_state_dict(module.state_dict())
+    compiled = torch.compile(module, fullgraph=True, dynamic=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for batch in (12, 24, 7):
+            x = make_inputs(4, batch, 32, 56, device=device, head_major=True).x.requires_grad_()
+            x_reference = x.detach().clone().requires_grad_()
+            compiled(x).sum().backward()
+            reference(x_reference).sum().backward()
+            torch.testing.assert_close(x.grad, x_reference.grad)
+    torch.testing.assert_close(module.weight.grad, reference.weight.grad)

@@ -78,6 +78,12 @@ def test_fake_kernel_reports_the_same_shape_errors():
             gather_linear.forward(x, w[:, :100], b)
         with pytest.raises(ValueError, match=r"^x: expected rank 3"):
             gather_linear.forward(x[0], w, b)
+        with pytest.raises(ValueError, match=r"^bias: expected rank 1 \(K\), got rank 2"):
+            gather_linear.forward(x, w, b[None])
+        with pytest.raises(ValueError, match=r"^bias: expected size\(0\) == K = 56 \(weight.size\(0\)\), got 55"):
+            gather_linear.forward(x, w, b[:55])
+        with pytest.raises(ValueError, match=r"^weight: expected dtype float32 \(the dtype of x\), got float64"):
+            gather_linear.forward(x, w.double(), b)
 
 
 @pytest.mark.parametrize("device", DEVICES)
