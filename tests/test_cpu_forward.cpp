@@ -1,6 +1,8 @@
 // CPU kernels against the exact reference over a sweep of shapes, dtypes and layouts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "test_support.hpp"
@@ -91,6 +93,23 @@ TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
     const double err = error_of(c, [](Operands& o) { forward(o.x.view, o.weight.view, o.bias_view(), o.y.view); });
     expect_accurate(c, err, "auto");
   }
+}
+
+// A single row's stride is never used: OpenBLAS's 32-bit interface must not refuse a huge one.
+TEST(CpuUnfusedBlas, UnusedStridesMayExceedItsIntegers) {
+  const auto kernels = available_kernels();
+  if (std::none_of(kernels.begin(), kernels.end(), [](const KernelInfo& k) { return k.name == "cpu_unfused_blas"; }))
+    GTEST_SKIP() << "built without OpenBLAS";
+  const Case c{{2, 1, 8, 1}, DType::float32, Layout::contiguous, true};
+  Operands o = make_operands(c, 5);
+  TensorView weight = o.weight.view, y = o.y.view;
+  weight.strides[0] = std::int64_t{1} << 40;  // K = 1
+  y.strides[0] = std::int64_t{1} << 40;       // B = 1
+  Options options;
+  options.kernel = "cpu_unfused_blas";
+  forward(o.x.view, weight, o.bias_view(), y, options);
+  const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+  EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), 1, 1), 1e-6);
 }
 
 TEST(CpuForwardDeterminism, SameInputsSameBits) {

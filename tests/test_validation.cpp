@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "test_support.hpp"
@@ -184,6 +185,17 @@ TEST_F(ValidationFixture, SizeProductsOverflow) {
   SetUp();
   xv.strides = {std::int64_t{1} << 62, 4, 1};
   expect_error("x", "sizes and strides overflow int64");
+  SetUp();
+  xv.strides = {std::numeric_limits<std::int64_t>::max(), H, 1};  // largest offset INT64_MAX: one past it overflows
+  expect_error("x", "sizes and strides overflow int64");
+}
+
+// The CPU has one device: its index means nothing, whatever a caller puts there.
+TEST_F(ValidationFixture, CpuDeviceIndexIsIgnored) {
+  xv.device = {DeviceType::cpu, -1};
+  wv.device = {DeviceType::cpu, 3};
+  forward(xv, wv, bv, yv, options);
+  for (std::size_t i = 0; i < y.elements(); ++i) EXPECT_FALSE(std::isnan(y.get(i)));
 }
 
 TEST_F(ValidationFixture, WeightNeedsUnitInnerStride) {

@@ -25,7 +25,9 @@ struct Device {
 
   static constexpr Device cpu() { return {DeviceType::cpu, 0}; }
   static constexpr Device cuda(int index = 0) { return {DeviceType::cuda, index}; }
-  friend bool operator==(const Device&, const Device&) = default;
+  friend constexpr bool operator==(const Device& a, const Device& b) {
+    return a.type == b.type && (a.type == DeviceType::cpu || a.index == b.index);
+  }
 };
 
 std::string to_string(Device device);

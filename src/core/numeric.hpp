@@ -63,8 +63,18 @@ template <class T> inline T load_as(BFloat16 v) { return static_cast<T>(to_float
 template <class Storage> inline Storage store_as(double v);
 template <> inline float store_as<float>(double v) { return static_cast<float>(v); }
 template <> inline double store_as<double>(double v) { return v; }
-template <> inline Half store_as<Half>(double v) { return to_half(static_cast<float>(v)); }
-template <> inline BFloat16 store_as<BFloat16>(double v) { return to_bfloat16(static_cast<float>(v)); }
+// double -> float rounded to odd: toward zero, with the last bit set if anything was dropped.
+// Rounding that float to nearest in a format at least two significand bits narrower (half,
+// bfloat16) gives the double correctly rounded; going through the nearest float instead can
+// round twice (a double just above a half-way point lands exactly on it, and ties go to even).
+inline float to_float_rounded_to_odd(double v) {
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) | 1u);
+}
+template <> inline Half store_as<Half>(double v) { return to_half(to_float_rounded_to_odd(v)); }
+template <> inline BFloat16 store_as<BFloat16>(double v) { return to_bfloat16(to_float_rounded_to_odd(v)); }
 
 }  // namespace gather_linear
 

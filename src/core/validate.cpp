@@ -61,8 +61,9 @@ ByteSpan reachable_bytes(const TensorView& t, const char* name) {
     if (__builtin_mul_overflow(t.size(d) - 1, t.stride(d), &term) || __builtin_add_overflow(last, term, &last))
       fail(name, "sizes and strides overflow int64: the largest element offset does not fit");
   }
-  std::int64_t bytes = 0;
-  if (__builtin_mul_overflow(last + 1, static_cast<std::int64_t>(dtype_size(t.dtype)), &bytes))
+  std::int64_t elements = 0, bytes = 0;
+  if (__builtin_add_overflow(last, 1, &elements) ||
+      __builtin_mul_overflow(elements, static_cast<std::int64_t>(dtype_size(t.dtype)), &bytes))
     fail(name, "sizes and strides overflow int64: the view spans more than 2^63 bytes");
   const auto begin = reinterpret_cast<std::uintptr_t>(t.data);
   return {begin, begin + static_cast<std::uintptr_t>(bytes)};
@@ -97,7 +98,7 @@ Problem validate_inputs(const TensorView& x, const TensorView& weight, const std
          ErrorCode::unsupported);
   check_dtype_and_device(weight, "weight", x);
   if (bias) check_dtype_and_device(*bias, "bias", x);
-  if (x.device.index < 0) fail("x", "invalid device " + to_string(x.device));
+  if (x.device.type == DeviceType::cuda && x.device.index < 0) fail("x", "invalid device " + to_string(x.device));
 
   check_sizes_and_strides(x, "x");
   check_sizes_and_strides(weight, "weight");

@@ -76,7 +76,9 @@ void run_unfused(const Problem& p) {
 
 std::string unfused_blas_why_not(const Problem& p) {
   constexpr std::int64_t blas_max = std::numeric_limits<blasint>::max();
-  if (std::max({p.B, p.K, p.RH, p.weight_stride_k, p.y_stride_b}) > blas_max)
+  // The leading dimensions run_unfused passes (a single row's stride is never used).
+  const std::int64_t ldw = p.K == 1 ? p.RH : p.weight_stride_k, ldc = p.B == 1 ? p.K : p.y_stride_b;
+  if (std::max({p.B, p.K, p.RH, ldw, ldc}) > blas_max)
     return "a size or stride exceeds OpenBLAS's 32-bit integer interface";
   if (p.K > 1 && p.weight_stride_k < p.RH) return "weight rows overlap (stride(0) < R*H), which BLAS cannot express";
   return {};
