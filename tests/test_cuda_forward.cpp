@@ -241,10 +241,11 @@ TEST_F(CudaTest, WorkspaceAllocatorSuppliesScratch) {
 // The library's scratch cannot grow on a stream that is being captured: forward() says so with an
 // Error naming options.workspace before enqueuing anything, and the capture stays valid. After one
 // call on the stream, the same capture works. It runs on a fresh host thread's per-thread default
-// stream, for which the library holds no scratch this large yet (the per-thread streams of
-// LibraryScratchIsPerStream need less).
+// stream, for which the library holds no scratch this large yet: the other tests' per-thread
+// streams need less, and a later thread that reuses one of their thread ids (the library's key)
+// finds only a smaller buffer.
 TEST_F(CudaTest, CaptureWithoutScratchIsAClearError) {
-  const Case c{{8, 1024, 64, 64}, DType::float32, Layout::head_major, true};
+  const Case c{{8, 2048, 128, 64}, DType::float32, Layout::head_major, true};
   Operands o = make_operands(c, 51);
   DeviceOperands d(o);
   const Options baseline = options_for(kBaseline);

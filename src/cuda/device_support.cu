@@ -95,13 +95,17 @@ Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes) {
     unsigned long long stream_id = 0;  // cudaStreamGetId of the stream that owns the buffers
     Workspace buffer{};
     std::vector<void*> outgrown;  // kept while that stream lives: see the declaration
+    bool captured = false;        // handed to a capture: a graph may use the buffers at any time
   };
   static std::mutex mutex;
   static std::map<std::tuple<int, CudaStream, std::thread::id>, Scratch> scratch_of;
+  static std::vector<void*> kept_for_graphs;  // never freed
   // cudaStreamPerThread names a different stream in every host thread.
   const std::thread::id owner = stream == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id{};
   // During a capture neither the stream's id may be asked (that would invalidate the capture) nor
-  // memory allocated: the buffer the stream had before the capture began is used, or none.
+  // memory allocated: the buffer the handle had before the capture began is used, or none. (Its
+  // owner cannot be checked then: if that was a destroyed stream under the same handle, the
+  // graph gets the buffer, which is then never freed.)
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) (void)cudaGetLastError();
   const bool capturing = capture != cudaStreamCaptureStatusNone;
@@ -122,8 +126,12 @@ Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes) {
     if (new_stream) {
       // cudaFree waits for the device to finish, so also for the old stream's queued work.
       if (scratch.buffer.data != nullptr) scratch.outgrown.push_back(scratch.buffer.data);
-      for (void* data : scratch.outgrown) check(cudaFree(data), "cudaFree(workspace)");
-      scratch = {stream_id, {}, {}};
+      for (void* data : scratch.outgrown)
+        if (scratch.captured)
+          kept_for_graphs.push_back(data);
+        else
+          check(cudaFree(data), "cudaFree(workspace)");
+      scratch = {stream_id, {}, {}, false};
     }
     // Grow at least twofold, so that what is kept stays below the current buffer's size.
     const std::size_t grown = std::max(bytes, 2 * scratch.buffer.bytes);
@@ -132,6 +140,7 @@ Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes) {
     if (scratch.buffer.data != nullptr) scratch.outgrown.push_back(scratch.buffer.data);
     scratch.buffer = {data, grown};
   }
+  scratch.captured = scratch.captured || capturing;
   return scratch.buffer;
 }
 

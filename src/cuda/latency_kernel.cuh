@@ -52,6 +52,16 @@ constexpr int kWarpsPerBlock = 4;
 // The wait returns once the previous grid has completed and its writes are visible, so every
 // read of x, W and bias and every write of y comes after it. Letting our own dependents launch
 // right away is safe for the same reason: they wait for our completion before touching memory.
+// Only sm_90 machine code has the wait (code JIT-compiled from the build's older PTX, e.g. on a
+// newer GPU, does not), so only there may the kernel be launched programmatically.
+inline bool runs_sm90_code(int device) {
+  bool built_for_sm90 = false;
+#ifdef __CUDA_ARCH_LIST__
+  for (int arch : {__CUDA_ARCH_LIST__}) built_for_sm90 = built_for_sm90 || arch == 900;
+#endif
+  return built_for_sm90 && compute_capability_major(device) == 9 && compute_capability_minor(device) == 0;
+}
+
 __device__ __forceinline__ void wait_for_prerequisite_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -150,7 +160,7 @@ void launch(const Problem& p, CudaStream stream, bool programmatic = true) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (programmatic && compute_capability_major(p.device.index) >= 9) {
+  if (programmatic && runs_sm90_code(p.device.index)) {
     config.attrs = &attribute;
     config.numAttrs = 1;
   }
