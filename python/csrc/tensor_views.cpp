@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <string>
 
 namespace gather_linear::torch_binding {
@@ -54,10 +55,22 @@ TensorView input_view(const at::Tensor& t, const char* name) {
   return view_of(t, const_cast<void*>(t.const_data_ptr()), name);
 }
 
-// The library needs unit inner stride in weight (any row stride); a transposed weight is copied.
-at::Tensor with_unit_inner_stride(const at::Tensor& weight) {
-  const bool needs_copy = weight.dim() == 2 && weight.size(1) > 1 && weight.stride(1) != 1;
-  return needs_copy ? weight.contiguous() : weight;
+// The library needs unit inner stride in weight (any row stride) and a contiguous bias: a
+// transposed weight or a strided bias is copied.
+bool needs_unit_inner_stride(const at::Tensor& t) {
+  return t.dim() >= 1 && t.dim() <= 2 && t.size(-1) > 1 && t.stride(-1) != 1;
+}
+
+// The view of `t` as its contiguous copy will be (same data pointer): for validating before the
+// copy is made, which only looks at sizes, strides, dtype, device and the pointer's alignment.
+TensorView view_as_copied(const at::Tensor& t, const char* name) {
+  TensorView view = input_view(t, name);
+  std::int64_t stride = 1;
+  for (int d = view.rank - 1; d >= 0; --d) {
+    view.strides[static_cast<std::size_t>(d)] = stride;
+    stride *= std::max<std::int64_t>(view.sizes[static_cast<std::size_t>(d)], 1);
+  }
+  return view;
 }
 
 }  // namespace
@@ -66,15 +79,20 @@ ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias) {
   ForwardArguments args;
   args.x_view = input_view(x, "x");
-  args.weight = with_unit_inner_stride(weight);
+  const bool has_bias = bias.has_value() && bias->defined();  // PyTorch may pass an absent bias as undefined
+  const bool copy_weight = needs_unit_inner_stride(weight), copy_bias = has_bias && needs_unit_inner_stride(*bias);
+  // The inputs are validated before anything is allocated (copies of weight or bias, and y): a
+  // wrong call with a huge expanded tensor reports its argument, not an out-of-memory error.
+  std::optional<TensorView> bias_as_used;
+  if (has_bias) bias_as_used = copy_bias ? view_as_copied(*bias, "bias") : input_view(*bias, "bias");
+  const auto [B, K] = output_sizes(args.x_view, copy_weight ? view_as_copied(weight, "weight") : input_view(weight, "weight"),
+                                   bias_as_used);
+  args.weight = copy_weight ? weight.contiguous() : weight;
   args.weight_view = input_view(args.weight, "weight");
-  if (bias.has_value() && bias->defined()) {  // PyTorch may pass an absent bias as undefined
-    args.bias = bias->contiguous();
+  if (has_bias) {
+    args.bias = copy_bias ? bias->contiguous() : *bias;
     args.bias_view = input_view(args.bias, "bias");
   }
-  // y is allocated only for valid inputs: a wrong call with a huge (expanded) x reports its
-  // argument, not an out-of-memory error.
-  const auto [B, K] = output_sizes(args.x_view, args.weight_view, args.bias_view);
   args.y = at::empty({B, K}, x.options());
   args.y_view = view_of(args.y, args.y.mutable_data_ptr(), "y");
   return args;

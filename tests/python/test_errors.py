@@ -94,3 +94,20 @@ def test_inputs_are_checked_before_y_is_allocated(device):
     weight = torch.randn(4, 15, device=device)
     with pytest.raises(ValueError, match=r"^weight: expected size\(1\) == R\*H = 2\*8 = 16, got 15"):
         gather_linear.forward(x, weight)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_inputs_are_checked_before_they_are_copied(device):
+    # The op copies a weight without unit inner stride and a strided bias; expanded to 2^40
+    # columns or elements such copies would take terabytes: the wrong size must be reported first.
+    x, weight, bias = seed_inputs(device)
+    huge_weight = weight[:, :1].expand(56, 2**40)
+    with pytest.raises(ValueError, match=r"^weight: expected size\(1\) == R\*H = 4\*32 = 128, got 1099511627776"):
+        gather_linear.forward(x, huge_weight, bias)
+    huge_bias = bias[:1].expand(2**40)
+    with pytest.raises(ValueError, match=r"^bias: expected size\(0\) == K = 56 \(weight.size\(0\)\), got 1099511627776"):
+        gather_linear.forward(x, weight, huge_bias)
+    # Valid strided ones are still copied and used.
+    transposed = weight.t().contiguous().t()
+    torch.testing.assert_close(gather_linear.forward(x, transposed, bias.repeat_interleave(2)[::2]),
+                               gather_linear.forward(x, weight, bias))
