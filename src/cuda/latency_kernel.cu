@@ -8,7 +8,7 @@ namespace gather_linear::cuda {
 std::string latency_kernel_why_not(const Problem& p) {
   if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
   // 32-bit thread indexing (fast division needs values below 2^31): for small problems only.
-  if (p.outputs() * 32 >= (std::int64_t{1} << 31) || p.RH + 32 * 16 * 4 >= (std::int64_t{1} << 31) ||
+  if (p.outputs() >= (std::int64_t{1} << 26) || p.RH + 32 * 16 * 4 >= (std::int64_t{1} << 31) ||
       p.H >= (std::int64_t{1} << 31))
     return "too large for 32-bit thread indexing (it is meant for small problems)";
   return {};
