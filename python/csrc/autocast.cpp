@@ -4,22 +4,20 @@
 // Without this kernel autocast would pass the op mixed dtypes (a bfloat16 activation beside a
 // float32 weight), which the library refuses.
 #include <ATen/autocast_mode.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
 #include <optional>
 
+#include "tensor_views.hpp"
+
 namespace {
 
 template <c10::DeviceType kDevice, c10::DispatchKey kAutocastKey>
 at::Tensor forward_autocast(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("gather_linear::forward", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
   c10::impl::ExcludeDispatchKeyGuard below_autocast(kAutocastKey);
   const at::ScalarType dtype = at::autocast::get_autocast_dtype(kDevice);
-  return op.call(at::autocast::cached_cast(dtype, x, kDevice), at::autocast::cached_cast(dtype, weight, kDevice),
+  return gather_linear::torch_binding::forward_operator().call(at::autocast::cached_cast(dtype, x, kDevice), at::autocast::cached_cast(dtype, weight, kDevice),
                  at::autocast::cached_cast(dtype, bias, kDevice));
 }
 

@@ -3,12 +3,13 @@
 // whole forward of a small problem; this kernel costs about as much as an ATen op's autograd.
 // The backward is composed of ATen operations (GEMMs and a sum) until fused backward kernels exist:
 //   dX[r, b, h] = sum_k dY[b, k] W[k, r*H + h]      dW = dY^T cat(x)      db = sum_b dY[b, :]
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <optional>
+
+#include "tensor_views.hpp"
 
 namespace {
 
@@ -16,11 +17,8 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 at::Tensor forward_below_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("gather_linear::forward", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
   at::AutoDispatchBelowADInplaceOrView guard;
-  return op.call(x, weight, bias);
+  return gather_linear::torch_binding::forward_operator().call(x, weight, bias);
 }
 
 class GatherLinearFunction : public torch::autograd::Function<GatherLinearFunction> {
@@ -63,7 +61,8 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& weight, const
   // return a result without its tangent.
   for (const at::Tensor* t : {&x, &weight, bias ? &*bias : nullptr})
     if (t != nullptr && t->_fw_grad(/*level=*/0).defined())
-      C10_THROW_ERROR(NotImplementedError, "gather_linear.forward: forward-mode AD (dual tensors, jvp) is not supported");
+      C10_THROW_ERROR(NotImplementedError,
+                      "gather_linear.forward: forward-mode AD (dual tensors, jvp) is not supported");
   // Nothing to record (torch.no_grad(), or no input that requires grad): skip the graph node and
   // its saved state, as ATen's own ops do; on the seed problem they cost a noticeable share of
   // the call.

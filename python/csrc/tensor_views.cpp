@@ -85,8 +85,8 @@ ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
   // wrong call with a huge expanded tensor reports its argument, not an out-of-memory error.
   std::optional<TensorView> bias_as_used;
   if (has_bias) bias_as_used = copy_bias ? view_as_copied(*bias, "bias") : input_view(*bias, "bias");
-  const auto [B, K] = output_sizes(args.x_view, copy_weight ? view_as_copied(weight, "weight") : input_view(weight, "weight"),
-                                   bias_as_used);
+  const TensorView weight_as_used = copy_weight ? view_as_copied(weight, "weight") : input_view(weight, "weight");
+  const auto [B, K] = output_sizes(args.x_view, weight_as_used, bias_as_used);
   args.weight = copy_weight ? weight.contiguous() : weight;
   args.weight_view = input_view(args.weight, "weight");
   if (has_bias) {
@@ -96,6 +96,12 @@ ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
   args.y = at::empty({B, K}, x.options());
   args.y_view = view_of(args.y, args.y.mutable_data_ptr(), "y");
   return args;
+}
+
+const c10::TypedOperatorHandle<ForwardSignature>& forward_operator() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("gather_linear::forward", "").typed<ForwardSignature>();
+  return op;
 }
 
 void throw_as_torch_error(const Error& error) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
 #include <utility>
@@ -26,6 +27,11 @@ struct ForwardArguments {
 // messages) and allocates y.
 ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias);
+
+// gather_linear::forward as registered, for the kernels that call it again below their own
+// dispatch key (autograd, autocast).
+using ForwardSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&);
+const c10::TypedOperatorHandle<ForwardSignature>& forward_operator();
 
 // gather_linear::Error surfaces in Python as ValueError (invalid_argument), NotImplementedError
 // (unsupported) or RuntimeError (cuda_error), with the library's "<argument>: <message>" text.
