@@ -86,9 +86,13 @@ void check_no_overlap(const ByteSpan& y, const ByteSpan& input, const char* inpu
     fail("y", std::string("overlaps ") + input_name + ": the output must not share memory with an input");
 }
 
-}  // namespace
+// x, weight and bias checked, with the bytes each can reach (for y's overlap checks).
+struct CheckedInputs {
+  Problem problem;
+  ByteSpan x, weight, bias;
+};
 
-Problem validate_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias) {
+CheckedInputs check_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias) {
   check_rank(x, "x", 3, "(R, B, H)");
   check_rank(weight, "weight", 2, "(K, R*H)");
   if (bias) check_rank(*bias, "bias", 1, "(K)");
@@ -124,9 +128,12 @@ Problem validate_inputs(const TensorView& x, const TensorView& weight, const std
   if (bias && p.K > 1 && bias->stride(0) != 1)
     fail("bias", "expected a contiguous bias (stride(0) == 1), got stride(0) = " + str(bias->stride(0)));
 
-  check_pointer(x, "x", reachable_bytes(x, "x"));
-  check_pointer(weight, "weight", reachable_bytes(weight, "weight"));
-  if (bias) check_pointer(*bias, "bias", reachable_bytes(*bias, "bias"));
+  const ByteSpan x_span = reachable_bytes(x, "x");
+  const ByteSpan weight_span = reachable_bytes(weight, "weight");
+  const ByteSpan bias_span = bias ? reachable_bytes(*bias, "bias") : ByteSpan{};
+  check_pointer(x, "x", x_span);
+  check_pointer(weight, "weight", weight_span);
+  if (bias) check_pointer(*bias, "bias", bias_span);
 
   p.dtype = x.dtype;
   p.device = x.device;
@@ -137,12 +144,19 @@ Problem validate_inputs(const TensorView& x, const TensorView& weight, const std
   p.weight = weight.data;
   p.weight_stride_k = weight.stride(0);
   p.bias = bias && p.K > 0 ? bias->data : nullptr;
-  return p;
+  return {p, x_span, weight_span, bias_span};
+}
+
+}  // namespace
+
+Problem validate_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias) {
+  return check_inputs(x, weight, bias).problem;
 }
 
 Problem validate_forward_args(const TensorView& x, const TensorView& weight,
                               const std::optional<TensorView>& bias, const TensorView& y) {
-  Problem p = validate_inputs(x, weight, bias);
+  const CheckedInputs inputs = check_inputs(x, weight, bias);
+  Problem p = inputs.problem;
   check_rank(y, "y", 2, "(B, K)");
   check_dtype_and_device(y, "y", x);
   check_sizes_and_strides(y, "y");
@@ -156,9 +170,9 @@ Problem validate_forward_args(const TensorView& x, const TensorView& weight,
 
   const ByteSpan y_span = reachable_bytes(y, "y");
   check_pointer(y, "y", y_span);
-  check_no_overlap(y_span, reachable_bytes(x, "x"), "x");
-  check_no_overlap(y_span, reachable_bytes(weight, "weight"), "weight");
-  check_no_overlap(y_span, bias ? reachable_bytes(*bias, "bias") : ByteSpan{}, "bias");
+  check_no_overlap(y_span, inputs.x, "x");
+  check_no_overlap(y_span, inputs.weight, "weight");
+  check_no_overlap(y_span, inputs.bias, "bias");
 
   p.y = y.data;
   p.y_stride_b = y.stride(0);
