@@ -17,8 +17,9 @@ template <c10::DeviceType kDevice, c10::DispatchKey kAutocastKey>
 at::Tensor forward_autocast(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   c10::impl::ExcludeDispatchKeyGuard below_autocast(kAutocastKey);
   const at::ScalarType dtype = at::autocast::get_autocast_dtype(kDevice);
-  return gather_linear::torch_binding::forward_operator().call(at::autocast::cached_cast(dtype, x, kDevice), at::autocast::cached_cast(dtype, weight, kDevice),
-                 at::autocast::cached_cast(dtype, bias, kDevice));
+  return gather_linear::torch_binding::forward_operator().call(at::autocast::cached_cast(dtype, x, kDevice),
+                                                               at::autocast::cached_cast(dtype, weight, kDevice),
+                                                               at::autocast::cached_cast(dtype, bias, kDevice));
 }
 
 }  // namespace

@@ -83,16 +83,14 @@ ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
   const bool copy_weight = needs_unit_inner_stride(weight), copy_bias = has_bias && needs_unit_inner_stride(*bias);
   // The inputs are validated before anything is allocated (copies of weight or bias, and y): a
   // wrong call with a huge expanded tensor reports its argument, not an out-of-memory error.
-  std::optional<TensorView> bias_as_used;
-  if (has_bias) bias_as_used = copy_bias ? view_as_copied(*bias, "bias") : input_view(*bias, "bias");
-  const TensorView weight_as_used = copy_weight ? view_as_copied(weight, "weight") : input_view(weight, "weight");
-  const auto [B, K] = output_sizes(args.x_view, weight_as_used, bias_as_used);
+  args.weight_view = copy_weight ? view_as_copied(weight, "weight") : input_view(weight, "weight");
+  if (has_bias) args.bias_view = copy_bias ? view_as_copied(*bias, "bias") : input_view(*bias, "bias");
+  const auto [B, K] = output_sizes(args.x_view, args.weight_view, args.bias_view);
+  // Only now the copies, whose views then point at them.
   args.weight = copy_weight ? weight.contiguous() : weight;
-  args.weight_view = input_view(args.weight, "weight");
-  if (has_bias) {
-    args.bias = copy_bias ? bias->contiguous() : *bias;
-    args.bias_view = input_view(args.bias, "bias");
-  }
+  if (copy_weight) args.weight_view = input_view(args.weight, "weight");
+  if (has_bias) args.bias = copy_bias ? bias->contiguous() : *bias;
+  if (copy_bias) args.bias_view = input_view(args.bias, "bias");
   args.y = at::empty({B, K}, x.options());
   args.y_view = view_of(args.y, args.y.mutable_data_ptr(), "y");
   return args;
