@@ -18,7 +18,7 @@ namespace gather_linear::cuda {
 namespace {
 
 void check_pointer(const void* data, const char* name, int device) {
-  if (data == nullptr) return;  // empty tensors (validated) are never dereferenced
+  if (data == nullptr) return;  // no bias
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky-free error so later calls are unaffected
@@ -33,8 +33,6 @@ void check_pointer(const void* data, const char* name, int device) {
                     std::to_string(attributes.device));
 }
 
-constexpr int kMaxDevices = 64;
-
 }  // namespace
 
 namespace {
@@ -44,7 +42,7 @@ namespace {
 template <cudaDeviceAttr kAttribute>
 int cached_attribute(int device) {
   static std::array<std::atomic<int>, kMaxDevices> cached{};
-  std::atomic<int>& slot = cached[static_cast<std::size_t>(device) % kMaxDevices];
+  std::atomic<int>& slot = cached[static_cast<std::size_t>(device)];
   const int stored = slot.load(std::memory_order_relaxed);
   if (stored != 0) return stored - 1;
   int value = 0;
@@ -80,14 +78,25 @@ void check_device(const Problem& p) {
   if (p.device.index >= count)
     throw Error(ErrorCode::invalid_argument, "x",
                 "device " + to_string(p.device) + " does not exist (" + std::to_string(count) + " CUDA devices)");
+  if (p.device.index >= kMaxDevices)
+    throw Error(ErrorCode::unsupported, "x",
+                "tensors are on " + to_string(p.device) + "; the library supports devices 0 to " +
+                    std::to_string(kMaxDevices - 1));
+  // Refused here rather than failing at launch: the build has no code older GPUs can run.
+  if (const int major = compute_capability_major(p.device.index); major < kMinComputeCapabilityMajor)
+    throw Error(ErrorCode::unsupported, "x",
+                "tensors are on " + to_string(p.device) + ", of compute capability " + std::to_string(major) + "." +
+                    std::to_string(compute_capability_minor(p.device.index)) + "; the library needs " +
+                    std::to_string(kMinComputeCapabilityMajor) + ".0 or newer");
 }
 
 void check_device_arguments(const Problem& p) {
   check_device(p);
-  check_pointer(p.x, "x", p.device.index);
-  check_pointer(p.weight, "weight", p.device.index);
-  check_pointer(p.bias, "bias", p.device.index);
-  check_pointer(p.y, "y", p.device.index);
+  // An empty tensor is never dereferenced, so its pointer may be anything (even a freed one).
+  if (p.B > 0 && p.RH > 0) check_pointer(p.x, "x", p.device.index);
+  if (p.K > 0 && p.RH > 0) check_pointer(p.weight, "weight", p.device.index);
+  if (p.K > 0) check_pointer(p.bias, "bias", p.device.index);
+  if (p.B > 0 && p.K > 0) check_pointer(p.y, "y", p.device.index);
 }
 
 Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes) {

@@ -196,8 +196,8 @@ struct Gett {
 
   // Blocks need more than the default 48 KB of shared memory; the limit is raised once per device.
   static void allow_shared_memory(const void* kernel, int device) {
-    static std::array<std::atomic<bool>, 64> raised{};
-    std::atomic<bool>& done = raised[static_cast<std::size_t>(device) % raised.size()];
+    static std::array<std::atomic<bool>, kMaxDevices> raised{};
+    std::atomic<bool>& done = raised[static_cast<std::size_t>(device)];
     if (done.load(std::memory_order_acquire)) return;
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::SharedStorageSize),
           "cudaFuncSetAttribute(gett kernel)");

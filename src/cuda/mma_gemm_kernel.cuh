@@ -32,6 +32,7 @@
 
 #include "core/problem.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_info.hpp"
 #include "cuda/device_types.cuh"
 #include "cuda/mma_gemm_kernel.hpp"
 #include "gather_linear/gather_linear.hpp"
@@ -284,12 +285,12 @@ template <Mode MODE, class Config>
 void launch(const Problem& p, CudaStream stream) {
   const std::int64_t tiles_m = (p.B + Config::kBM - 1) / Config::kBM, tiles_n = (p.K + Config::kBN - 1) / Config::kBN;
   const MmaArgs args{operands_of(p), p.B, p.H, p.K, p.RH, tiles_m, tiles_n};
-  static std::atomic<bool> shared_limit_raised[64];
-  if (!shared_limit_raised[p.device.index % 64].load(std::memory_order_acquire)) {
+  static std::atomic<bool> shared_limit_raised[kMaxDevices];
+  if (!shared_limit_raised[p.device.index].load(std::memory_order_acquire)) {
     check(cudaFuncSetAttribute(mma_gemm_kernel<MODE, Config>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                Config::kSharedBytes),
           "cudaFuncSetAttribute(mma_gemm_kernel)");
-    shared_limit_raised[p.device.index % 64].store(true, std::memory_order_release);
+    shared_limit_raised[p.device.index].store(true, std::memory_order_release);
   }
   mma_gemm_kernel<MODE, Config>
       <<<static_cast<unsigned>(tiles_m * tiles_n), Config::kThreads, Config::kSharedBytes, stream>>>(args);

@@ -73,8 +73,6 @@ void check_lt(cublasStatus_t status, const char* what) {
     throw Error(ErrorCode::cuda_error, what, std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status));
 }
 
-constexpr int kMaxDevices = 64;
-
 struct DeviceContext {
   std::once_flag once;
   cublasLtHandle_t handle = nullptr;
@@ -82,7 +80,7 @@ struct DeviceContext {
 
 DeviceContext& context(int device) {
   static std::array<DeviceContext, kMaxDevices> contexts;
-  DeviceContext& ctx = contexts[static_cast<std::size_t>(device) % kMaxDevices];
+  DeviceContext& ctx = contexts[static_cast<std::size_t>(device)];
   std::call_once(ctx.once, [&] {
     const ScopedDevice on_device(device);
     check_lt(cublasLtCreate(&ctx.handle), "cublasLtCreate");
@@ -200,11 +198,23 @@ void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precis
 }
 
 namespace {
-// The concatenation first, then cuBLASLt's scratch on a 256-byte boundary.
-std::size_t gemm_workspace_offset(const Problem& p) {
-  const std::size_t concatenation = static_cast<std::size_t>(p.B * p.RH) * dtype_size(p.dtype);
-  return (concatenation + 255) / 256 * 256;
+
+// cuBLASLt's bias epilogue reads the bias in vectors: a bias that does not start on a 16-byte
+// boundary (a view one element into a tensor) is copied to one that does, in the workspace.
+bool bias_needs_copy(const Problem& p) { return p.bias != nullptr && p.RH > 0 && !aligned_to(p.bias, 16); }
+
+std::size_t round_up_to_256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The workspace holds the concatenation, then the bias's aligned copy (where one is needed), then
+// cuBLASLt's scratch, each starting on a 256-byte boundary.
+std::size_t bias_copy_offset(const Problem& p) {
+  return round_up_to_256(static_cast<std::size_t>(p.B * p.RH) * dtype_size(p.dtype));
 }
+std::size_t gemm_workspace_offset(const Problem& p) {
+  const std::size_t bias_copy = bias_needs_copy(p) ? static_cast<std::size_t>(p.K) * dtype_size(p.dtype) : 0;
+  return bias_copy_offset(p) + round_up_to_256(bias_copy);
+}
+
 }  // namespace
 
 std::size_t unfused_workspace_bytes(const Problem& p) {
@@ -218,9 +228,16 @@ std::string unfused_why_not(const Problem& p) {
 }
 
 void run_unfused(const Problem& p, Fp32Precision precision, Workspace workspace, CudaStream stream) {
-  if (p.RH > 0) concatenate(p, workspace.data, stream);
-  gemm_on_concatenated(p, workspace.data, precision, static_cast<std::byte*>(workspace.data) + gemm_workspace_offset(p),
-                       stream);
+  auto* scratch = static_cast<std::byte*>(workspace.data);
+  Problem gemm = p;
+  if (p.RH > 0) concatenate(p, scratch, stream);
+  if (bias_needs_copy(p)) {
+    gemm.bias = scratch + bias_copy_offset(p);
+    check(cudaMemcpyAsync(scratch + bias_copy_offset(p), p.bias, static_cast<std::size_t>(p.K) * dtype_size(p.dtype),
+                          cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpyAsync(bias)");
+  }
+  gemm_on_concatenated(gemm, scratch, precision, p.RH > 0 ? scratch + gemm_workspace_offset(p) : nullptr, stream);
 }
 
 }  // namespace gather_linear::cuda

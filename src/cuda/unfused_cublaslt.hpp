@@ -16,11 +16,13 @@ void concatenate(const Problem& p, void* out, CudaStream stream);
 // cuBLASLt's scratch for one GEMM (what cuBLAS suggests for Hopper), owned by the caller so that
 // GEMMs on different streams never share it; 256-byte aligned.
 constexpr std::size_t kGemmWorkspaceBytes = std::size_t{32} << 20;
-// y = concatenated * W^T + bias through cuBLASLt (TF32 for float32 when allowed).
+// y = concatenated * W^T + bias through cuBLASLt (TF32 for float32 when allowed). The bias, if
+// any, must start on a 16-byte boundary (run_unfused copies one that does not).
 void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precision precision, void* gemm_workspace,
                           CudaStream stream);
 
-// The concatenation buffer followed by the GEMM's scratch (none when R*H = 0: y is the bias).
+// The concatenation buffer, an aligned copy of a misaligned bias, and the GEMM's scratch (none
+// when R*H = 0: y is the bias).
 std::size_t unfused_workspace_bytes(const Problem& p);
 std::string unfused_why_not(const Problem& p);
 void run_unfused(const Problem& p, Fp32Precision precision, Workspace workspace, CudaStream stream);
