@@ -21,7 +21,8 @@ const Shape kShapes[] = {
     {0, 4, 8, 5},   {3, 4, 0, 5},    {3, 0, 8, 5},    {3, 4, 8, 0},
 };
 const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16};
-const Layout kLayouts[] = {Layout::contiguous, Layout::head_major, Layout::strided, Layout::broadcast_rows};
+const Layout kLayouts[] = {Layout::contiguous, Layout::head_major, Layout::strided, Layout::broadcast_rows,
+                           Layout::misaligned};
 
 // Runs `run` on fresh poisoned operands and returns its relative error against the reference.
 template <class Run>

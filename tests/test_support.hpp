@@ -21,21 +21,25 @@
 namespace gather_linear::testing {
 
 // Owns host storage for a strided view; gaps between elements exist in storage too, so that
-// a kernel writing outside the view is caught (gaps keep their poison).
+// a kernel writing outside the view is caught (gaps keep their poison). The view may start
+// `offset` elements into the storage (a sliced tensor, off any vector-width boundary).
 struct HostTensor {
   std::vector<std::byte> storage;
   TensorView view;
+  std::int64_t offset = 0;
 
   HostTensor() = default;
-  HostTensor(DType dtype, std::vector<std::int64_t> sizes, std::vector<std::int64_t> strides) {
+  HostTensor(DType dtype, std::vector<std::int64_t> sizes, std::vector<std::int64_t> strides,
+             std::int64_t offset_elements = 0)
+      : offset(offset_elements) {
     std::int64_t span = 1;
     bool empty = false;
     for (std::size_t d = 0; d < sizes.size(); ++d) {
       empty = empty || sizes[d] == 0;
       span += (sizes[d] - 1) * strides[d];
     }
-    storage.resize(static_cast<std::size_t>(empty ? 0 : span) * dtype_size(dtype) + 64);
-    view.data = storage.data();
+    storage.resize(static_cast<std::size_t>(empty ? 0 : offset + span) * dtype_size(dtype) + 64);
+    view.data = storage.data() + offset * static_cast<std::int64_t>(dtype_size(dtype));
     view.dtype = dtype;
     view.device = Device::cpu();
     view.rank = static_cast<int>(sizes.size());
@@ -62,10 +66,10 @@ struct HostTensor {
   }
   // Element at a multi-index of the view.
   double at(std::initializer_list<std::int64_t> index) const {
-    std::int64_t offset = 0;
+    std::int64_t element = offset;
     int d = 0;
-    for (auto i : index) offset += i * view.stride(d++);
-    return get(static_cast<std::size_t>(offset));
+    for (auto i : index) element += i * view.stride(d++);
+    return get(static_cast<std::size_t>(element));
   }
 
   void fill_uniform(std::uint32_t seed, double lo = -1.0, double hi = 1.0) {
@@ -78,14 +82,14 @@ struct HostTensor {
   }
 };
 
-inline HostTensor contiguous_tensor(DType dtype, std::vector<std::int64_t> sizes) {
+inline HostTensor contiguous_tensor(DType dtype, std::vector<std::int64_t> sizes, std::int64_t offset = 0) {
   std::vector<std::int64_t> strides(sizes.size());
   std::int64_t s = 1;
   for (std::size_t d = sizes.size(); d-- > 0;) {
     strides[d] = s;
     s *= std::max<std::int64_t>(sizes[d], 1);
   }
-  return HostTensor(dtype, sizes, strides);
+  return HostTensor(dtype, sizes, strides, offset);
 }
 
 // How x, weight and y are laid out in memory.
@@ -93,7 +97,8 @@ enum class Layout {
   contiguous,     // x (R, B, H) row-major
   head_major,     // x stored (B, R, H) and viewed as (R, B, H): attention's per-head outputs
   strided,        // x's h stride 2, padded rows; weight rows padded; y rows padded
-  broadcast_rows  // x's b stride 0: every row of A is the same
+  broadcast_rows,  // x's b stride 0: every row of A is the same
+  misaligned       // contiguous, but x, weight, bias and y each start one element into their storage
 };
 
 inline const char* layout_name(Layout l) {
@@ -102,6 +107,7 @@ inline const char* layout_name(Layout l) {
     case Layout::head_major: return "head_major";
     case Layout::strided: return "strided";
     case Layout::broadcast_rows: return "broadcast_rows";
+    case Layout::misaligned: return "misaligned";
   }
   return "?";
 }
@@ -151,20 +157,22 @@ struct Operands {
 inline Operands make_operands(const Case& c, std::uint32_t seed) {
   const auto [R, B, H, K] = c.shape;
   const std::int64_t RH = R * H;
+  const std::int64_t offset = c.layout == Layout::misaligned ? 1 : 0;
   Operands o;
   switch (c.layout) {
-    case Layout::contiguous: o.x = HostTensor(c.dtype, {R, B, H}, {B * H, H, 1}); break;
+    case Layout::contiguous:
+    case Layout::misaligned: o.x = HostTensor(c.dtype, {R, B, H}, {B * H, H, 1}, offset); break;
     case Layout::head_major: o.x = HostTensor(c.dtype, {R, B, H}, {H, R * H, 1}); break;
     case Layout::strided: o.x = HostTensor(c.dtype, {R, B, H}, {B * (2 * H + 3), 2 * H + 3, 2}); break;
     case Layout::broadcast_rows: o.x = HostTensor(c.dtype, {R, B, H}, {H, 0, 1}); break;
   }
   const bool padded = c.layout == Layout::strided;
-  o.weight = HostTensor(c.dtype, {K, RH}, {RH + (padded ? 5 : 0), 1});
-  o.y = HostTensor(c.dtype, {B, K}, {K + (padded ? 3 : 0), 1});
+  o.weight = HostTensor(c.dtype, {K, RH}, {RH + (padded ? 5 : 0), 1}, offset);
+  o.y = HostTensor(c.dtype, {B, K}, {K + (padded ? 3 : 0), 1}, offset);
   o.x.fill_uniform(seed);
   o.weight.fill_uniform(seed + 1);
   if (c.bias) {
-    o.bias = contiguous_tensor(c.dtype, {K});
+    o.bias = contiguous_tensor(c.dtype, {K}, offset);
     o.bias.fill_uniform(seed + 2);
   }
   o.y.fill_nan();
@@ -190,7 +198,7 @@ inline bool gaps_untouched(const HostTensor& y) {
   std::vector<bool> in_view(y.elements(), false);
   for (std::int64_t b = 0; b < y.view.size(0); ++b)
     for (std::int64_t k = 0; k < y.view.size(1); ++k)
-      in_view[static_cast<std::size_t>(b * y.view.stride(0) + k * y.view.stride(1))] = true;
+      in_view[static_cast<std::size_t>(y.offset + b * y.view.stride(0) + k * y.view.stride(1))] = true;
   for (std::size_t i = 0; i < in_view.size(); ++i)
     if (!in_view[i] && !std::isnan(y.get(i))) return false;
   return true;

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import gather_linear
-from support import DEVICES, assert_matches_reference, make_inputs, reference_forward
+from support import DEVICES, Inputs, assert_matches_reference, make_inputs, reference_forward
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # (R, B, H, K): the seed problem, its K/B variants, primes and ones, a B*K past the latency range.
@@ -49,6 +49,26 @@ def test_sliced_x_with_storage_offset(device):
     weight = big.weight[:, : R * H]  # row stride (R+1)*(H+5) > R*H
     inputs = type(big)(x, weight, big.bias)
     check_forward(inputs, torch.float32)
+
+
+def one_element_in(t):
+    """The same values in a view that starts one element into its storage (off every vector boundary)."""
+    storage = t.new_empty(t.numel() + 1)
+    view = storage[1:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 12, 32, 56), (8, 256, 64, 512)], ids=lambda s: "x".join(map(str, s)))
+def test_operands_one_element_into_their_storage(shape, dtype, device):
+    """Every operand misaligned: the vectorised and TMA paths must refuse it, and the larger shape
+    reaches the unfused path on CUDA, whose cuBLASLt bias epilogue gets an aligned copy of the bias."""
+    inputs = make_inputs(*shape, dtype=dtype, device=device)
+    shifted = Inputs(one_element_in(inputs.x), one_element_in(inputs.weight), one_element_in(inputs.bias))
+    assert shifted.bias.data_ptr() % 16 != 0
+    check_forward(shifted, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
