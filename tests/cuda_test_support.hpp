@@ -51,7 +51,8 @@ class DeviceTensor {
   explicit DeviceTensor(const HostTensor& host) : buffer_(host.storage.size()) {
     upload(host);
     view_ = host.view;
-    view_.data = static_cast<std::byte*>(buffer_.data()) + host.offset * static_cast<std::int64_t>(dtype_size(host.view.dtype));
+    const auto offset_bytes = host.offset * static_cast<std::int64_t>(dtype_size(host.view.dtype));
+    view_.data = static_cast<std::byte*>(buffer_.data()) + offset_bytes;
     view_.device = Device::cuda(0);
   }
 

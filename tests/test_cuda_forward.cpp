@@ -144,7 +144,8 @@ TEST_F(CudaTest, LargeGrids) {
   for (const Shape& s : shapes)
     for (DType dtype : {DType::float32, DType::bfloat16}) {
       const Case c{s, dtype, Layout::head_major, true};
-      for (const char* kernel : kFusedKernels) expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
+      for (const char* kernel : kFusedKernels)
+        expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
     }
 }
 
@@ -400,7 +401,8 @@ void expect_cuda_error(const DeviceOperands& d, HostTensor& y_host, const Tensor
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   d.y.download(y_host);
-  for (std::size_t i = 0; i < y_host.elements(); ++i) ASSERT_TRUE(std::isnan(y_host.get(i))) << "y[" << i << "] written";
+  for (std::size_t i = 0; i < y_host.elements(); ++i)
+    ASSERT_TRUE(std::isnan(y_host.get(i))) << "y[" << i << "] written";
 }
 
 TEST_F(CudaTest, DeviceArgumentErrorsLeaveYUntouched) {
@@ -603,17 +605,20 @@ TEST_F(CudaTest, GettThroughTheDispatcher) {
     EXPECT_NE(std::string(e.what()).find("runs float32 only as TF32"), std::string::npos) << e.what();
   }
   if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
-  expect_accurate(exact, options_for(kGett, Fp32Precision::tf32), cuda_error_of(exact, options_for(kGett, Fp32Precision::tf32)));
+  const Options gett_tf32 = options_for(kGett, Fp32Precision::tf32);
+  expect_accurate(exact, gett_tf32, cuda_error_of(exact, gett_tf32));
   {  // A million outputs in TF32 go to the GETT; exact float32 never does.
     const Case tf32{{8, 1024, 128, 1024}, DType::float32, Layout::head_major, true};
     Operands o = make_operands(tf32, 5);
     DeviceOperands d(o);
     const auto chosen = [&](Fp32Precision precision) {
-      return std::string(select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for("auto", precision)));
+      const Options automatic = options_for("auto", precision);
+      return std::string(select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), automatic));
     };
     EXPECT_EQ(chosen(Fp32Precision::tf32), kGett);
     EXPECT_NE(chosen(Fp32Precision::ieee), kGett);
-    expect_accurate(tf32, options_for("auto", Fp32Precision::tf32), cuda_error_of(tf32, options_for("auto", Fp32Precision::tf32)));
+    const Options automatic_tf32 = options_for("auto", Fp32Precision::tf32);
+    expect_accurate(tf32, automatic_tf32, cuda_error_of(tf32, automatic_tf32));
   }
   for (DType dtype : {DType::bfloat16, DType::float16}) {
     const Case c{{8, 1024, 128, 1024}, dtype, Layout::head_major, true};
@@ -639,7 +644,8 @@ TEST_F(CudaTest, GettThroughTheDispatcher) {
     }
     CUDA_ASSERT(cudaDeviceSynchronize());
     y_storage.download(wide_y);
-    for (std::size_t i = 0; i < wide_y.elements(); ++i) ASSERT_TRUE(std::isnan(wide_y.get(i))) << "y[" << i << "] written";
+    for (std::size_t i = 0; i < wide_y.elements(); ++i)
+      ASSERT_TRUE(std::isnan(wide_y.get(i))) << "y[" << i << "] written";
     // The dispatcher takes another kernel for it instead.
     forward(d.x.view(), d.weight.view(), d.bias_view(), y, options_for("auto"));
     CUDA_ASSERT(cudaDeviceSynchronize());

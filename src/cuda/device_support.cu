@@ -74,7 +74,8 @@ int device_count() {
 void check_device(const Problem& p) {
   const int count = device_count();
   if (count == 0)
-    throw Error(ErrorCode::unsupported, "x", "tensors are on " + to_string(p.device) + " but no CUDA device is available");
+    throw Error(ErrorCode::unsupported, "x",
+                "tensors are on " + to_string(p.device) + " but no CUDA device is available");
   if (p.device.index >= count)
     throw Error(ErrorCode::invalid_argument, "x",
                 "device " + to_string(p.device) + " does not exist (" + std::to_string(count) + " CUDA devices)");

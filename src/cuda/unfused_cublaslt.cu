@@ -41,7 +41,8 @@ __global__ void concatenate_kernel(const T* __restrict__ x, std::int64_t x_strid
     if constexpr (VEC == 1) {
       out[e] = x[r * x_stride_r + b * x_stride_b + h * x_stride_h];
     } else {
-      *reinterpret_cast<uint4*>(out + e) = __ldg(reinterpret_cast<const uint4*>(x + r * x_stride_r + b * x_stride_b + h));
+      const T* source = x + r * x_stride_r + b * x_stride_b + h;
+      *reinterpret_cast<uint4*>(out + e) = __ldg(reinterpret_cast<const uint4*>(source));
     }
   }
 }
@@ -53,8 +54,8 @@ bool concatenation_vectorizable(const Problem& p, int n) {
 }
 
 template <class T>
-__global__ void broadcast_bias_kernel(const T* __restrict__ bias, std::int64_t B, std::int64_t K, std::int64_t y_stride_b,
-                                      T* __restrict__ y) {
+__global__ void broadcast_bias_kernel(const T* __restrict__ bias, std::int64_t B, std::int64_t K,
+                                      std::int64_t y_stride_b, T* __restrict__ y) {
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < B * K;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t b = i / K, k = i - b * K;
@@ -70,7 +71,8 @@ unsigned grid_for(std::int64_t items, int device) {
 
 void check_lt(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw Error(ErrorCode::cuda_error, what, std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status));
+    throw Error(ErrorCode::cuda_error, what,
+                std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status));
 }
 
 struct DeviceContext {
@@ -128,24 +130,32 @@ Plan& plan_for(const Problem& p, const void* concatenated, bool tf32, cublasLtHa
   const cudaDataType_t type = cuda_data_type(p.dtype);
   const cublasComputeType_t compute = std::get<2>(key) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   check_lt(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
-  check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)), "TRANSA");
-  check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)), "TRANSB");
-  const cublasLtEpilogue_t epilogue = p.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "EPILOGUE");
-  check_lt(cublasLtMatrixLayoutCreate(&plan->w, type, static_cast<std::uint64_t>(p.RH), static_cast<std::uint64_t>(p.K), ldw), "layout W");
-  check_lt(cublasLtMatrixLayoutCreate(&plan->a, type, static_cast<std::uint64_t>(p.RH), static_cast<std::uint64_t>(p.B), p.RH), "layout A");
-  check_lt(cublasLtMatrixLayoutCreate(&plan->y, type, static_cast<std::uint64_t>(p.K), static_cast<std::uint64_t>(p.B), ldy), "layout y");
+  const auto set_op = [&](cublasLtMatmulDescAttributes_t attribute, const auto& value, const char* what) {
+    check_lt(cublasLtMatmulDescSetAttribute(plan->op, attribute, &value, sizeof(value)), what);
+  };
+  set_op(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T, "TRANSA");
+  set_op(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "TRANSB");
+  set_op(CUBLASLT_MATMUL_DESC_EPILOGUE, p.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, "EPILOGUE");
+  const auto layout = [&](cublasLtMatrixLayout_t* out, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                          const char* what) {
+    const auto r = static_cast<std::uint64_t>(rows), c = static_cast<std::uint64_t>(cols);
+    check_lt(cublasLtMatrixLayoutCreate(out, type, r, c, ld), what);
+  };
+  layout(&plan->w, p.RH, p.K, ldw, "layout W");
+  layout(&plan->a, p.RH, p.B, p.RH, "layout A");
+  layout(&plan->y, p.K, p.B, ldy, "layout y");
 
   cublasLtMatmulPreference_t preference;
   check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
-  const std::uint64_t max_workspace = kGemmWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace, sizeof(max_workspace));
+  const auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value) {
+    cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value));
+  };
+  prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{kGemmWorkspaceBytes});
   const std::uint32_t align_w = std::get<9>(key), align_a = std::get<10>(key), align_y = std::get<11>(key);
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w, sizeof(align_w));
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof(align_a));
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_y, sizeof(align_y));
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_y, sizeof(align_y));
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->w, plan->a, plan->y, plan->y,
@@ -223,7 +233,8 @@ std::size_t unfused_workspace_bytes(const Problem& p) {
 
 std::string unfused_why_not(const Problem& p) {
   if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
-  if (p.K > 1 && p.weight_stride_k < p.RH) return "weight rows overlap (stride(0) < R*H), which cuBLASLt cannot express";
+  if (p.K > 1 && p.weight_stride_k < p.RH)
+    return "weight rows overlap (stride(0) < R*H), which cuBLASLt cannot express";
   return {};
 }
 
