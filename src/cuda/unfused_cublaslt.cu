@@ -245,10 +245,11 @@ void run_unfused(const Problem& p, Fp32Precision precision, Workspace workspace,
   Problem gemm = p;
   if (p.RH > 0) concatenate(p, scratch, stream);
   if (bias_needs_copy(p)) {
-    gemm.bias = scratch + bias_copy_offset(p);
-    check(cudaMemcpyAsync(scratch + bias_copy_offset(p), p.bias, static_cast<std::size_t>(p.K) * dtype_size(p.dtype),
+    void* aligned_bias = scratch + bias_copy_offset(p);
+    check(cudaMemcpyAsync(aligned_bias, p.bias, static_cast<std::size_t>(p.K) * dtype_size(p.dtype),
                           cudaMemcpyDeviceToDevice, stream),
           "cudaMemcpyAsync(bias)");
+    gemm.bias = aligned_bias;
   }
   gemm_on_concatenated(gemm, scratch, precision, p.RH > 0 ? scratch + gemm_workspace_offset(p) : nullptr, stream);
 }
