@@ -193,6 +193,14 @@ inline double relative_error(const HostTensor& y, const std::vector<double>& ref
   return max_ref > 0 ? max_err / max_ref : max_err;
 }
 
+// The first storage element (gaps included) that no longer holds its NaN poison, if any: a call
+// that failed must have written nothing.
+inline std::optional<std::size_t> first_unpoisoned(const HostTensor& t) {
+  for (std::size_t i = 0; i < t.elements(); ++i)
+    if (!std::isnan(t.get(i))) return i;
+  return std::nullopt;
+}
+
 // Storage elements of y outside the view must still hold their NaN poison.
 inline bool gaps_untouched(const HostTensor& y) {
   std::vector<bool> in_view(y.elements(), false);
