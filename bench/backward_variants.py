@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Ways to compose the operator's backward from ATen ops (GPU), to choose the ones
+python/csrc/autograd.cpp uses. For x (R, B, H), weight (K, R*H) and dY (B, K):
+
+grad_x, dX[r] = dY @ W[:, r*H:(r+1)*H]:
+- gemm_view:   one GEMM, dY @ W (B, R*H), returned as its (R, B, H) view: laid out (B, R, H).
+- gemm_copy:   the same, then copied to (R, B, H) order (what a consumer needing x's layout pays).
+- bmm:         R GEMMs in one batched call, written in (R, B, H) order.
+grad_weight, dW[:, r*H:(r+1)*H] = dY^T @ x[r]:
+- cat_gemm:    x concatenated to (B, R*H) (a copy unless x is head-major), then one GEMM.
+- bmm_strided: R GEMMs in one batched call, written in place into dW's (K, R*H) storage.
+
+Two layouts of x: contiguous (R, B, H) (e.g. R feature tensors stacked) and head-major (a
+(B, R, H) buffer viewed as (R, B, H), e.g. attention heads before the output projection). Each variant runs back to
+back over rotating input sets, variants in turn, median of five rounds.
+
+On the CPU (--device cpu) smaller float32 shapes run, timed by the wall clock.
+
+    python3 bench/backward_variants.py [out.csv] [--device cpu]
+"""
+
+import argparse
+import platform
+import statistics
+import time
+
+import torch
+
+from torch_bench import per_call_us, write_csv
+
+SHAPES = [  # R, B, H, K, dtype
+    (8, 1024, 128, 1024, torch.float32),
+    (8, 1024, 128, 1024, torch.bfloat16),
+    (26, 4096, 64, 1024, torch.bfloat16),
+    (32, 8192, 128, 4096, torch.bfloat16),
+    (8, 8192, 512, 4096, torch.bfloat16),
+    (4, 16384, 64, 8192, torch.bfloat16),
+    (4, 16384, 64, 1024, torch.bfloat16),
+    (8, 16384, 64, 8192, torch.bfloat16),
+    (16, 8192, 64, 8192, torch.bfloat16),
+    (4, 8192, 128, 8192, torch.bfloat16),
+    (4, 4096, 256, 4096, torch.bfloat16),
+    (2, 8192, 512, 4096, torch.bfloat16),
+    (16, 4096, 32, 2048, torch.bfloat16),
+    (32, 2048, 64, 1024, torch.float32),
+    (4, 16384, 64, 8192, torch.float32),
+]
+CPU_SHAPES = [
+    (8, 1024, 128, 1024, torch.float32),
+    (26, 512, 64, 1024, torch.float32),
+    (4, 2048, 64, 2048, torch.float32),
+    (16, 512, 32, 512, torch.float32),
+]
+LAYOUTS = ("contiguous", "head_major")
+
+
+def grad_x_gemm_view(x, weight, grad_y):
+    R, B, H = x.shape
+    return (grad_y @ weight).view(B, R, H).transpose(0, 1)
+
+
+def grad_x_gemm_copy(x, weight, grad_y):
+    return grad_x_gemm_view(x, weight, grad_y).contiguous()
+
+
+def grad_x_bmm(x, weight, grad_y):
+    R, B, H = x.shape
+    return torch.matmul(grad_y, weight.view(-1, R, H).transpose(0, 1))
+
+
+def grad_weight_cat_gemm(x, weight, grad_y):
+    R, B, H = x.shape
+    return grad_y.t() @ x.transpose(0, 1).reshape(B, R * H)
+
+
+def grad_weight_bmm_strided(x, weight, grad_y):
+    R, B, H = x.shape
+    grad_weight = torch.empty_like(weight)
+    torch.bmm(grad_y.t().expand(R, -1, -1), x, out=grad_weight.view(-1, R, H).transpose(0, 1))
+    return grad_weight
+
+
+VARIANTS = {
+    "grad_x": {"gemm_view": grad_x_gemm_view, "gemm_copy": grad_x_gemm_copy, "bmm": grad_x_bmm},
+    "grad_weight": {"cat_gemm": grad_weight_cat_gemm, "bmm_strided": grad_weight_bmm_strided},
+}
+
+
+def input_sets(R, B, H, K, dtype, layout, device):
+    set_bytes = (R * B * H + K * R * H + B * K) * torch.finfo(dtype).bits // 8
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda" else 0
+    count = max(2, min(32, 2 * l2_bytes // set_bytes + 1))
+    sets = []
+    for _ in range(count):
+        x = torch.rand(R, B, H, device=device, dtype=dtype) - 0.5
+        if layout == "head_major":
+            x = x.transpose(0, 1).contiguous().transpose(0, 1)
+        sets.append((x, torch.rand(K, R * H, device=device, dtype=dtype) - 0.5,
+                     torch.rand(B, K, device=device, dtype=dtype) - 0.5))
+    return sets
+
+
+def wall_clock_us(fn, sets, calls):
+    began = time.perf_counter()
+    for i in range(calls):
+        fn(*sets[i % len(sets)])
+    return (time.perf_counter() - began) * 1e6 / calls
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", nargs="?", default="bench/results/backward_variants.csv")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
+    parser.add_argument("--gradients", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    args = parser.parse_args()
+    on_gpu = args.device == "cuda"
+    timed_us = per_call_us if on_gpu else wall_clock_us
+    device_name = torch.cuda.get_device_name(0) if on_gpu else platform.processor() or platform.machine()
+    rows = []
+    for R, B, H, K, dtype in SHAPES if on_gpu else CPU_SHAPES:
+        for layout in args.layouts:
+            sets = input_sets(R, B, H, K, dtype, layout, args.device)
+            # About 2 TFLOP per run on the GPU, 20 GFLOP on the CPU.
+            calls = max(20 if on_gpu else 2, int((2e12 if on_gpu else 2e10) / (2 * B * K * R * H)))
+            for gradient in args.gradients:
+                variants = VARIANTS[gradient]
+                reference = variants[next(iter(variants))](*sets[0]).double()
+                for name, fn in variants.items():
+                    error = (fn(*sets[0]).double() - reference).abs().max().item() / reference.abs().max().item()
+                    assert error < 2e-2, f"{gradient} {name} disagrees on {(R, B, H, K)}: {error:.2e}"
+                    timed_us(fn, sets, len(sets))  # warm-up
+                times = {name: [] for name in variants}
+                for _ in range(args.rounds):
+                    for name, fn in variants.items():
+                        times[name].append(timed_us(fn, sets, calls))
+                first = statistics.median(times[next(iter(variants))])
+                for name in variants:
+                    us = statistics.median(times[name])
+                    rows.append(dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), x_layout=layout,
+                                     gradient=gradient, variant=name, us=f"{us:.2f}",
+                                     relative_to_first=f"{us / first:.3f}", device=device_name,
+                                     torch=torch.__version__))
+                    print(",".join(str(v) for v in list(rows[-1].values())[:10]), flush=True)
+            del sets
+    write_csv(args.csv, rows)
+
+
+if __name__ == "__main__":
+    main()
