@@ -3,6 +3,8 @@
 // whole forward of a small problem; this kernel costs about as much as an ATen op's autograd.
 // The backward is composed of ATen operations (GEMMs and a sum) until fused backward kernels exist:
 //   dX[r, b, h] = sum_k dY[b, k] W[k, r*H + h]      dW = dY^T cat(x)      db = sum_b dY[b, :]
+// The choices between ways of composing them were measured on an H200 (bench/backward_variants.py,
+// docs/PERFORMANCE.md "Backward").
 #include <ATen/core/grad_mode.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -15,6 +17,37 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// dX as one GEMM, dY W (B, R*H), returned as its (R, B, H) view: laid out (B, R, H), whatever x's
+// layout. Writing it in x's (R, B, H) order for a contiguous x cost 1.08-1.71x (a copy after the
+// GEMM) or 0.99-2.15x (R batched GEMMs), so a consumer that needs that order pays for it itself.
+at::Tensor input_gradient(const at::Tensor& grad_y, const at::Tensor& weight, const c10::SymInt& R,
+                          const c10::SymInt& B, const c10::SymInt& H) {
+  return grad_y.matmul(weight).view_symint({B, R, H}).transpose(0, 1);
+}
+
+// dW = dY^T cat(x). The concatenation is a view of x when x is laid out (B, R, H) (head-major),
+// and a copy of x otherwise. On the GPU R GEMMs in one batched call, dW[:, r*H:(r+1)*H] = dY^T x[r]
+// written straight into dW's columns, avoid that copy and took 0.55-0.95x its time (1.01x on one
+// shape), except with narrow slices and a long output (H < 128 and K > 2048: 1.17-1.86x). On the
+// CPU (2-core VM) the copy won.
+// Writing into dW's columns is an out= call on a view, which neither differentiates (a double
+// backward runs with grad mode on) nor survives functionalization (torch.compile traces tensor
+// subclasses): those keep the concatenation.
+at::Tensor weight_gradient(const at::Tensor& grad_y, const at::Tensor& x, const c10::SymInt& R, const c10::SymInt& B,
+                           const c10::SymInt& H) {
+  const c10::SymInt K = grad_y.sym_size(1);
+  const bool concatenation_is_a_view = x.transpose(0, 1).is_contiguous_or_false();
+  const bool traced_or_differentiated =
+      at::GradMode::is_enabled() ||
+      x.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+  if (concatenation_is_a_view || !x.is_cuda() || traced_or_differentiated || (H < 128 && K > 2048))
+    return grad_y.t().matmul(x.transpose(0, 1).reshape_symint({B, R * H}));
+  at::Tensor grad_weight = at::empty_symint({K, R * H}, grad_y.options());
+  at::Tensor slices = grad_weight.view_symint({K, R, H}).transpose(0, 1);
+  at::bmm_out(slices, grad_y.t().expand_symint({R, K, B}), x);
+  return grad_weight;
+}
 
 at::Tensor forward_below_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   at::AutoDispatchBelowADInplaceOrView guard;
@@ -45,10 +78,8 @@ class GatherLinearFunction : public torch::autograd::Function<GatherLinearFuncti
     const c10::SymInt R = ctx->saved_data["R"].toSymInt(), B = ctx->saved_data["B"].toSymInt(),
                       H = ctx->saved_data["H"].toSymInt();
     at::Tensor grad_x, grad_weight, grad_bias;
-    // One GEMM gives dX as (B, R*H) = (B, R, H); its (R, B, H) view is the gradient, no copy.
-    if (ctx->needs_input_grad(0)) grad_x = grad_y.matmul(weight).view_symint({B, R, H}).transpose(0, 1);
-    // The concatenation dW needs is x read as (B, R*H).
-    if (ctx->needs_input_grad(1)) grad_weight = grad_y.t().matmul(x.transpose(0, 1).reshape_symint({B, R * H}));
+    if (ctx->needs_input_grad(0)) grad_x = input_gradient(grad_y, weight, R, B, H);
+    if (ctx->needs_input_grad(1)) grad_weight = weight_gradient(grad_y, x, R, B, H);
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) grad_bias = grad_y.sum(0);
     return {grad_x, grad_weight, grad_bias};
   }
