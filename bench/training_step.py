@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""A training step through the operator against PyTorch (GPU): the forward and the backward to x,
+weight and bias (torch.autograd.grad with a given dY), for eager (torch.cat of x[r], then F.linear,
+as the seed's Model computes it), the same function under torch.compile, and gather_linear.forward.
+x is contiguous (R, B, H), e.g. R feature tensors stacked (for a head-major x the operator's
+backward needs no concatenation at all).
+
+Candidates take turns over rotating input sets (more than twice the L2 in total), each run timed by
+one CUDA-event pair (back to back, about 6 TFLOP of work or 2000 steps); nine rounds, median round. Gradients are
+checked against eager's first.
+
+    python3 bench/training_step.py [out.csv]
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import gather_linear
+from torch_bench import per_call_us, write_csv
+
+SHAPES = [  # R, B, H, K, dtype
+    (4, 12, 32, 56, torch.float32),
+    (8, 1024, 128, 1024, torch.float32),
+    (8, 1024, 128, 1024, torch.bfloat16),
+    (26, 4096, 64, 1024, torch.bfloat16),
+    (32, 8192, 128, 4096, torch.bfloat16),
+    (8, 8192, 512, 4096, torch.bfloat16),
+]
+
+
+def eager(x, weight, bias):
+    return F.linear(torch.cat([x[r] for r in range(x.shape[0])], dim=-1), weight, bias)
+
+
+def step(forward):
+    def run(x, weight, bias, grad_y):
+        return torch.autograd.grad(forward(x, weight, bias), (x, weight, bias), grad_y)
+    return run
+
+
+def input_sets(R, B, H, K, dtype):
+    set_bytes = (2 * R * B * H + 2 * K * R * H + 2 * B * K) * torch.finfo(dtype).bits // 8
+    count = max(2, min(32, 2 * torch.cuda.get_device_properties(0).L2_cache_size // set_bytes + 1))
+
+    def leaf(*shape):
+        return (torch.rand(*shape, device="cuda", dtype=dtype) - 0.5).requires_grad_()
+    return [(leaf(R, B, H), leaf(K, R * H), leaf(K), torch.rand(B, K, device="cuda", dtype=dtype) - 0.5)
+            for _ in range(count)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", nargs="?", default="bench/results/training_step.csv")
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    rows = []
+    print(f"{'R':>3} {'B':>6} {'H':>4} {'K':>5} {'dtype':>9} {'eager us':>9} {'compile us':>10} {'ours us':>9} "
+          f"{'eager/ours':>10} {'compile/ours':>12}")
+    for R, B, H, K, dtype in SHAPES:
+        began = time.monotonic()
+        torch._dynamo.reset()  # compiled for this shape and dtype alone (no dynamic shapes)
+        candidates = {"eager": step(eager), "torch_compile": step(torch.compile(eager, dynamic=False)),
+                      "gather_linear": step(gather_linear.forward)}
+        sets = input_sets(R, B, H, K, dtype)
+        calls = min(2000, max(20, int(6e12 / (6 * B * K * R * H))))  # about 6 TFLOP per run, at most 2000 steps
+        reference = candidates["eager"](*sets[0])
+        for name, fn in candidates.items():
+            for got, want, what in zip(fn(*sets[0]), reference, ("x", "weight", "bias")):
+                error = (got.float() - want.float()).abs().max().item() / want.float().abs().max().item()
+                assert error < 2e-2, f"{name}: grad of {what} disagrees with eager on {(R, B, H, K)}: {error:.2e}"
+            per_call_us(fn, sets, len(sets))  # warm-up (and compilation)
+        times = {name: [] for name in candidates}
+        for _ in range(args.rounds):
+            for name, fn in candidates.items():
+                times[name].append(per_call_us(fn, sets, calls))
+        us = {name: statistics.median(t) for name, t in times.items()}
+        ours = us["gather_linear"]
+        rows.append(dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), eager_us=f"{us['eager']:.2f}",
+                         torch_compile_us=f"{us['torch_compile']:.2f}", gather_linear_us=f"{ours:.2f}",
+                         eager_over_ours=f"{us['eager'] / ours:.3f}",
+                         compile_over_ours=f"{us['torch_compile'] / ours:.3f}",
+                         device=torch.cuda.get_device_name(0), torch=torch.__version__))
+        row = rows[-1]
+        print(f"{R:>3} {B:>6} {H:>4} {K:>5} {row['dtype']:>9} {us['eager']:>9.1f} {us['torch_compile']:>10.1f} "
+              f"{ours:>9.1f} {row['eager_over_ours']:>10} {row['compile_over_ours']:>12}"
+              f"   ({time.monotonic() - began:.0f} s)", flush=True)
+        del sets, candidates
+    write_csv(args.csv, rows)
+
+
+if __name__ == "__main__":
+    main()
