@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from torch_bench import per_call_us, write_csv
+from torch_bench import per_call_us, rotating_set_count, write_csv
 
 SHAPES = [  # R, B, H, K, dtype
     (8, 1024, 128, 1024, torch.float32),
@@ -88,8 +88,7 @@ VARIANTS = {
 
 def input_sets(R, B, H, K, dtype, layout, device):
     set_bytes = (R * B * H + K * R * H + B * K) * torch.finfo(dtype).bits // 8
-    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda" else 0
-    count = max(2, min(32, 2 * l2_bytes // set_bytes + 1))
+    count = rotating_set_count(set_bytes, 2, 32) if device == "cuda" else 2
     sets = []
     for _ in range(count):
         x = torch.rand(R, B, H, device=device, dtype=dtype) - 0.5

@@ -8,11 +8,15 @@ from pathlib import Path
 import torch
 
 
+def rotating_set_count(set_bytes, minimum=1, maximum=64):
+    """How many input sets of set_bytes span twice the GPU's L2 (within [minimum, maximum]), so a
+    problem that outgrows the L2 is read from HBM on every call."""
+    return max(minimum, min(maximum, 2 * torch.cuda.get_device_properties(0).L2_cache_size // set_bytes + 1))
+
+
 def rotating_input_sets(R, B, H, K, dtype, minimum=1):
-    """(x, weight, bias) sets, uniform in [-0.5, 0.5), enough of them (up to 64) to span twice the
-    L2, so a problem that outgrows the L2 is read from HBM on every call."""
-    set_bytes = (R * B * H + K * R * H + K) * torch.finfo(dtype).bits // 8
-    count = max(minimum, min(64, 2 * torch.cuda.get_device_properties(0).L2_cache_size // set_bytes + 1))
+    """(x, weight, bias) sets, uniform in [-0.5, 0.5), rotating_set_count of them."""
+    count = rotating_set_count((R * B * H + K * R * H + K) * torch.finfo(dtype).bits // 8, minimum)
     return [
         (torch.rand(R, B, H, device="cuda", dtype=dtype) - 0.5,
          torch.rand(K, R * H, device="cuda", dtype=dtype) - 0.5,

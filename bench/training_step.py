@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import gather_linear
-from torch_bench import per_call_us, write_csv
+from torch_bench import per_call_us, rotating_set_count, write_csv
 
 SHAPES = [  # R, B, H, K, dtype
     (4, 12, 32, 56, torch.float32),
@@ -43,8 +43,8 @@ def step(forward):
 
 
 def input_sets(R, B, H, K, dtype):
-    set_bytes = (2 * R * B * H + 2 * K * R * H + 2 * B * K) * torch.finfo(dtype).bits // 8
-    count = max(2, min(32, 2 * torch.cuda.get_device_properties(0).L2_cache_size // set_bytes + 1))
+    # Each set's tensors and the gradients written for them.
+    count = rotating_set_count((2 * R * B * H + 2 * K * R * H + 2 * B * K) * torch.finfo(dtype).bits // 8, 2, 32)
 
     def leaf(*shape):
         return (torch.rand(*shape, device="cuda", dtype=dtype) - 0.5).requires_grad_()
