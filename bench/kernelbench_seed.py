@@ -85,7 +85,8 @@ def main():
     for mode, context in (("no_grad", torch.no_grad), ("grad_enabled", contextlib.nullcontext)):
         with context():
             ref, new = kernelbench_times_us(model, x, flush_buffer), kernelbench_times_us(model_new, x, flush_buffer)
-            rows.append(("kernelbench_event_mean", mode, "Model", statistics.mean(ref), "ModelNew", statistics.mean(new)))
+            rows.append(("kernelbench_event_mean", mode, "Model", statistics.mean(ref), "ModelNew",
+                         statistics.mean(new)))
             rows.append(("kernelbench_event_min", mode, "Model", min(ref), "ModelNew", min(new)))
             rows.append(("back_to_back_per_call", mode, "Model", back_to_back_us(model, x),
                          "GatherLinear", back_to_back_us(gather, x)))
@@ -100,7 +101,8 @@ def main():
     print(f"seed problem {shape} float32 on {device}, torch {torch.__version__}")
     print(f"{'measurement':24} {'mode':13} {'reference':>10} {'us':>9} {'candidate':>13} {'us':>9} {'speedup':>8}")
     for measurement, mode, ref_name, ref_us, new_name, new_us in rows:
-        print(f"{measurement:24} {mode:13} {ref_name:>10} {ref_us:9.2f} {new_name:>13} {new_us:9.2f} {ref_us / new_us:7.2f}x")
+        print(f"{measurement:24} {mode:13} {ref_name:>10} {ref_us:9.2f} {new_name:>13} {new_us:9.2f} "
+              f"{ref_us / new_us:7.2f}x")
 
     out = Path(args.csv)
     out.parent.mkdir(parents=True, exist_ok=True)

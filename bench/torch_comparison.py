@@ -107,8 +107,8 @@ def main():
                     row = rows[-1]
                     print(f"{protocol:>12} {R:>3} {B:>6} {H:>4} {K:>5} {mode:>9} {us['eager']:>9.1f} "
                           f"{us['torch_compile']:>10.1f} {us['gemm_only']:>12.1f} {ours:>9.1f} "
-                          f"{row['eager_over_ours']:>10} {row['compile_over_ours']:>12} {row['gemm_only_over_ours']:>14}",
-                          flush=True)
+                          f"{row['eager_over_ours']:>10} {row['compile_over_ours']:>12} "
+                          f"{row['gemm_only_over_ours']:>14}", flush=True)
             del sets, concatenated_sets, candidates
     write_csv(args.csv, rows)
 

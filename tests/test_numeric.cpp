@@ -64,7 +64,8 @@ TEST(Numeric, DoublesRoundOnceTo16Bit) {
     const auto below = static_cast<std::uint16_t>(rng() % 0x7bff);  // a finite non-negative half
     const double lo = to_float(Half{below}), hi = to_float(Half{static_cast<std::uint16_t>(below + 1)});
     const double v = lo + (hi - lo) * (0.5 + std::ldexp(static_cast<double>(rng() % 2001) - 1000.0, -40));
-    const std::uint16_t nearest = v - lo < hi - v ? below : v - lo > hi - v ? below + 1 : (below & 1 ? below + 1 : below);
+    const std::uint16_t nearest =
+        v - lo < hi - v ? below : v - lo > hi - v ? below + 1 : (below & 1 ? below + 1 : below);
     ASSERT_EQ(store_as<Half>(v).bits, nearest) << std::hexfloat << v;
   }
 }

@@ -38,7 +38,8 @@ def _forward_fake(x, weight, bias=None):
         if t is None:
             continue
         torch._check_value(
-            t.dtype == x.dtype, lambda: f"{name}: expected dtype {_name(x.dtype)} (the dtype of x), got {_name(t.dtype)}"
+            t.dtype == x.dtype,
+            lambda: f"{name}: expected dtype {_name(x.dtype)} (the dtype of x), got {_name(t.dtype)}",
         )
         torch._check_value(
             t.device == x.device, lambda: f"{name}: expected device {x.device} (the device of x), got {t.device}"

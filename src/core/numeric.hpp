@@ -33,7 +33,8 @@ inline Half to_half(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude >= 0x7f800000u) return {static_cast<std::uint16_t>(sign | (magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u))};
+  if (magnitude >= 0x7f800000u)  // infinity, or NaN (kept quiet)
+    return {static_cast<std::uint16_t>(sign | (magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u))};
   if (magnitude >= 0x477ff000u) return {static_cast<std::uint16_t>(sign | 0x7c00u)};  // >= 65520 rounds to inf
   if (magnitude < 0x38800000u) {  // below 2^-14: a subnormal half; scaling by 2^24 is exact
     const float scaled = std::bit_cast<float>(magnitude) * 0x1p24f;

@@ -98,7 +98,8 @@ CheckedInputs check_inputs(const TensorView& x, const TensorView& weight, const 
   if (bias) check_rank(*bias, "bias", 1, "(K)");
 
   if (!is_floating(x.dtype))
-    fail("x", "unsupported dtype " + std::string(dtype_name(x.dtype)) + "; expected float32, float16, bfloat16 or float64",
+    fail("x",
+         "unsupported dtype " + std::string(dtype_name(x.dtype)) + "; expected float32, float16, bfloat16 or float64",
          ErrorCode::unsupported);
   check_dtype_and_device(weight, "weight", x);
   if (bias) check_dtype_and_device(*bias, "bias", x);

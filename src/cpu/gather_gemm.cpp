@@ -149,7 +149,8 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
       // The block's last group may hold fewer panels than the others: never past the packed block.
       const std::int64_t group_panels = std::min(panels_per_group, panels - first_panel);
       const int nc = static_cast<int>(std::min(group_panels * NR, p.K - k0));
-      const std::size_t c_elems = static_cast<std::size_t>(ceil_div(mc, MR) * MR) * static_cast<std::size_t>(ceil_div(nc, NR) * NR);
+      const std::size_t c_elems =
+          static_cast<std::size_t>(ceil_div(mc, MR) * MR) * static_cast<std::size_t>(ceil_div(nc, NR) * NR);
       void* a_buf = a_scratch.bytes(static_cast<std::size_t>(MC) * KC * sizeof(Acc));
       void* c_buf = c_scratch.bytes(c_elems * sizeof(Acc));
       e.compute_tile(p, packed, k_block0, b0, mc, k0, nc, a_buf, c_buf);

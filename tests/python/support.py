@@ -65,7 +65,8 @@ def assert_matches_reference(actual, torch_result, reference64, dtype, what="out
     if dtype in LOW_PRECISION:
         torch_error = (torch_result.double() - reference64).abs().max().item() if actual.numel() else 0.0
         bound = 2 * torch_error + LOW_PRECISION_SLACK
-        assert error <= bound, f"{what}: max error {error:.3g} > 2 * PyTorch's {torch_error:.3g} + {LOW_PRECISION_SLACK}"
+        assert error <= bound, \
+            f"{what}: max error {error:.3g} > 2 * PyTorch's {torch_error:.3g} + {LOW_PRECISION_SLACK}"
     else:
         scale = max(reference64.abs().max().item(), 1.0) if actual.numel() else 1.0
         bound = EXACT_TOLERANCE[dtype] * scale

@@ -21,9 +21,12 @@ def seed_inputs(device="cpu"):
         (lambda x, w, b: (x, w[0], b), ValueError, r"^weight: expected rank 2 \(K, R\*H\), got rank 1"),
         (lambda x, w, b: (x, w, b[None]), ValueError, r"^bias: expected rank 1 \(K\), got rank 2"),
         (lambda x, w, b: (x, w[:, :100], b), ValueError, r"^weight: expected size\(1\) == R\*H = 4\*32 = 128, got 100"),
-        (lambda x, w, b: (x, w, b[:55]), ValueError, r"^bias: expected size\(0\) == K = 56 \(weight.size\(0\)\), got 55"),
-        (lambda x, w, b: (x, w.double(), b), ValueError, r"^weight: expected dtype float32 \(the dtype of x\), got float64"),
-        (lambda x, w, b: (x, w, b.half()), ValueError, r"^bias: expected dtype float32 \(the dtype of x\), got float16"),
+        (lambda x, w, b: (x, w, b[:55]), ValueError,
+         r"^bias: expected size\(0\) == K = 56 \(weight.size\(0\)\), got 55"),
+        (lambda x, w, b: (x, w.double(), b), ValueError,
+         r"^weight: expected dtype float32 \(the dtype of x\), got float64"),
+        (lambda x, w, b: (x, w, b.half()), ValueError,
+         r"^bias: expected dtype float32 \(the dtype of x\), got float16"),
         (lambda x, w, b: (x.int(), w.int(), b.int()), NotImplementedError, r"^x: unsupported dtype int32"),
         (lambda x, w, b: (x.to(torch.complex64), w, b), NotImplementedError, r"^x: unsupported dtype ComplexFloat"),
     ],
@@ -105,7 +108,8 @@ def test_inputs_are_checked_before_they_are_copied(device):
     with pytest.raises(ValueError, match=r"^weight: expected size\(1\) == R\*H = 4\*32 = 128, got 1099511627776"):
         gather_linear.forward(x, huge_weight, bias)
     huge_bias = bias[:1].expand(2**40)
-    with pytest.raises(ValueError, match=r"^bias: expected size\(0\) == K = 56 \(weight.size\(0\)\), got 1099511627776"):
+    with pytest.raises(ValueError,
+                       match=r"^bias: expected size\(0\) == K = 56 \(weight.size\(0\)\), got 1099511627776"):
         gather_linear.forward(x, weight, huge_bias)
     # Valid strided ones are still copied and used.
     transposed = weight.t().contiguous().t()
