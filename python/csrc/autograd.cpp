@@ -6,6 +6,7 @@
 // The choices between ways of composing them were measured on an H200 (bench/backward_variants.py,
 // docs/PERFORMANCE.md "Backward").
 #include <ATen/core/grad_mode.h>
+#include <ATen/FuncTorchTLS.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
@@ -49,7 +50,8 @@ at::Tensor weight_gradient(const at::Tensor& grad_y, const at::Tensor& x, const 
   return grad_weight;
 }
 
-at::Tensor forward_below_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+at::Tensor forward_below_autograd(const at::Tensor& x, const at::Tensor& weight,
+                                  const std::optional<at::Tensor>& bias) {
   at::AutoDispatchBelowADInplaceOrView guard;
   return gather_linear::torch_binding::forward_operator().call(x, weight, bias);
 }
@@ -100,6 +102,18 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& weight, const
   const bool records = at::GradMode::is_enabled() &&
                        (x.requires_grad() || weight.requires_grad() || (bias.has_value() && bias->requires_grad()));
   if (!records) return forward_below_autograd(x, weight, bias);
+  // torch.func's transforms (grad, vjp, jacrev, vmap of a function that takes gradients) cannot run
+  // a C++ torch::autograd::Function: name the operator and the way that works rather than let
+  // PyTorch's generic message surface. (vmap without gradients works, through PyTorch's fallback.)
+  if (const auto& functorch = at::functorch::functorchTLSAccessor()) {
+    try {
+      functorch->checkSupportsCppAutogradFunction();  // throws while a transform is active
+    } catch (const c10::Error&) {
+      C10_THROW_ERROR(NotImplementedError,
+                      "gather_linear.forward: torch.func transforms that take gradients (grad, vjp, jacrev) are "
+                      "not supported; use torch.autograd.grad or .backward()");
+    }
+  }
   return GatherLinearFunction::apply(x, weight, bias);
 }
 

@@ -115,6 +115,22 @@ def test_forward_mode_ad_is_refused_not_dropped():
             gather_linear.forward(dual_x, weight, bias)
 
 
+def test_torch_func_gradients_are_refused_by_name():
+    inputs = make_inputs(4, 12, 32, 56)
+    with pytest.raises(NotImplementedError, match="^gather_linear.forward: torch.func transforms"):
+        torch.func.grad(lambda w: gather_linear.forward(inputs.x, w, inputs.bias).sum())(inputs.weight)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vmap_without_gradients_matches_a_loop(device):
+    # No batching rule: PyTorch's fallback runs the op once per sample.
+    inputs = make_inputs(4, 12, 32, 56, device=device)
+    xs = torch.stack([inputs.x, 2 * inputs.x, -inputs.x])
+    batched = torch.func.vmap(gather_linear.forward, in_dims=(0, None, None))(xs, inputs.weight, inputs.bias)
+    for i, x in enumerate(xs):
+        torch.testing.assert_close(batched[i], gather_linear.forward(x, inputs.weight, inputs.bias), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_autocast_runs_in_the_autocast_dtype_like_linear(device):
     # Under torch.autocast nn.Linear casts its float32 inputs to the autocast dtype; the op and the
