@@ -103,15 +103,16 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& weight, const
                        (x.requires_grad() || weight.requires_grad() || (bias.has_value() && bias->requires_grad()));
   if (!records) return forward_below_autograd(x, weight, bias);
   // torch.func's transforms (grad, vjp, jacrev, vmap of a function that takes gradients) cannot run
-  // a C++ torch::autograd::Function: name the operator and the way that works rather than let
-  // PyTorch's generic message surface. (vmap without gradients works, through PyTorch's fallback.)
+  // a C++ torch::autograd::Function. gather_linear.forward and the modules catch this error and run
+  // a Python autograd.Function instead (python/gather_linear/ops.py); a direct call of the op gets
+  // the message. (vmap without gradients works, through PyTorch's fallback.)
   if (const auto& functorch = at::functorch::functorchTLSAccessor()) {
     try {
       functorch->checkSupportsCppAutogradFunction();  // throws while a transform is active
     } catch (const c10::Error&) {
       C10_THROW_ERROR(NotImplementedError,
-                      "gather_linear.forward: torch.func transforms that take gradients (grad, vjp, jacrev) are "
-                      "not supported; use torch.autograd.grad or .backward()");
+                      "gather_linear.forward: under torch.func transforms that take gradients (grad, vjp, "
+                      "jacrev) call gather_linear.forward or the modules, not torch.ops.gather_linear.forward");
     }
   }
   return GatherLinearFunction::apply(x, weight, bias);

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from gather_linear.ops import forward_op
+from gather_linear.ops import forward_op, forward_under_torch_func
 
 
 class GatherLinear(nn.Module):
@@ -43,7 +43,11 @@ class GatherLinear(nn.Module):
         shape = x.shape
         if len(shape) != 3 or shape[0] != self.R or shape[2] != self.H:
             raise ValueError(f"x: expected shape (R, B, H) = ({self.R}, B, {self.H}), got {tuple(shape)}")
-        return forward_op(x, self.weight, self.bias)
+        weight, bias = self.weight, self.bias
+        try:
+            return forward_op(x, weight, bias)
+        except NotImplementedError as error:
+            return forward_under_torch_func(error, x, weight, bias)
 
     def extra_repr(self) -> str:
         return f"R={self.R}, H={self.H}, K={self.out_features}, bias={self.bias is not None}"

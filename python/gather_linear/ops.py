@@ -22,7 +22,51 @@ def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     """y (B, K) = bias + cat([x[r] for r in range(R)], -1) @ weight.T, for x (R, B, H) with any
     strides and weight (K, R*H). Bad arguments raise ValueError (NotImplementedError for an
     unsupported dtype or device) whose message starts with the argument's name."""
-    return forward_op(x, weight, bias)
+    try:
+        return forward_op(x, weight, bias)
+    except NotImplementedError as error:
+        return forward_under_torch_func(error, x, weight, bias)
+
+
+def forward_under_torch_func(error, x, weight, bias):
+    """Where the op refused to run with `error`: inside a torch.func transform that takes gradients
+    (grad, vjp, jacrev, vmap of them), whose interpreters cannot run the op's C++ autograd
+    Function, the same forward and backward through a Python autograd.Function, which torch.func
+    supports; anything else re-raises. Called from an `except` so that ordinary calls pay nothing."""
+    if torch._C._functorch.peek_interpreter_stack() is None:
+        raise error
+    return _ForwardForTorchFunc.apply(x, weight, bias)
+
+
+class _ForwardForTorchFunc(torch.autograd.Function):
+    # The backward uses PyTorch ops only (the forward is the op itself, batched by PyTorch's
+    # fallback under vmap): torch.func may derive the vmap rule.
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, weight, bias):
+        with torch._C._AutoDispatchBelowAutograd():
+            return forward_op(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, bias = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        # python/csrc/autograd.cpp's formulas (without its GPU-only batched dW).
+        x, weight = ctx.saved_tensors
+        R, B, H = x.shape
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = (grad_y @ weight).view(B, R, H).transpose(0, 1)
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad_y.t() @ x.transpose(0, 1).reshape(B, R * H)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad_y.sum(0)
+        return grad_x, grad_weight, grad_bias
 
 
 @torch.library.register_fake("gather_linear::forward")

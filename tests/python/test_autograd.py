@@ -115,10 +115,46 @@ def test_forward_mode_ad_is_refused_not_dropped():
             gather_linear.forward(dual_x, weight, bias)
 
 
-def test_torch_func_gradients_are_refused_by_name():
-    inputs = make_inputs(4, 12, 32, 56)
-    with pytest.raises(NotImplementedError, match="^gather_linear.forward: torch.func transforms"):
-        torch.func.grad(lambda w: gather_linear.forward(inputs.x, w, inputs.bias).sum())(inputs.weight)
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_func_grad_vjp_and_jacrev_match_autograd(device):
+    # torch.func runs the op through a Python autograd.Function (its interpreters cannot run the C++
+    # one): the same gradients as torch.autograd's.
+    x, weight, bias = make_inputs(3, 5, 4, 6, device=device).as_tuple()
+    grad_y = torch.randn(5, 6, generator=torch.Generator().manual_seed(1)).to(device)
+    expected = gradients(gather_linear.forward, requiring_grad(Inputs(x, weight, bias), ("x", "weight", "bias")),
+                         grad_y)
+
+    grads = torch.func.grad(lambda *args: (gather_linear.forward(*args) * grad_y).sum(), argnums=(0, 1, 2))(
+        x, weight, bias)
+    for name, grad in zip(("x", "weight", "bias"), grads):
+        torch.testing.assert_close(grad, expected[name], rtol=0, atol=0)
+    _, vjp = torch.func.vjp(lambda w: gather_linear.forward(x, w, bias), weight)
+    torch.testing.assert_close(vjp(grad_y)[0], expected["weight"], rtol=0, atol=0)
+    jacobian = torch.func.jacrev(lambda b: gather_linear.forward(x, weight, b))(bias)
+    torch.testing.assert_close(jacobian, torch.eye(6, device=device).expand(5, 6, 6), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_per_sample_gradients_with_vmap_of_grad(device):
+    module = gather_linear.GatherLinear(3, 4, 6).to(device)
+    params = {name: p.detach() for name, p in module.named_parameters()}
+    xs = torch.randn(5, 3, 7, 4, generator=torch.Generator().manual_seed(2)).to(device)
+
+    def loss(params, x):
+        return torch.func.functional_call(module, params, (x,)).square().sum()
+
+    per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, xs)
+    for i, x in enumerate(xs):
+        module.zero_grad()
+        module(x).square().sum().backward()
+        for name, p in module.named_parameters():
+            torch.testing.assert_close(per_sample[name][i], p.grad)
+
+
+def test_op_called_directly_under_torch_func_names_the_way_that_works():
+    inputs = make_inputs(3, 5, 4, 6)
+    with pytest.raises(NotImplementedError, match="^gather_linear.forward: under torch.func transforms"):
+        torch.func.grad(lambda w: torch.ops.gather_linear.forward(inputs.x, w, inputs.bias).sum())(inputs.weight)
 
 
 @pytest.mark.parametrize("device", DEVICES)
