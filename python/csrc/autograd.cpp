@@ -90,12 +90,14 @@ class GatherLinearFunction : public torch::autograd::Function<GatherLinearFuncti
 at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias_in) {
   // PyTorch may pass an undefined tensor for an absent optional one.
   const std::optional<at::Tensor> bias = bias_in.has_value() && bias_in->defined() ? bias_in : std::nullopt;
-  // Forward-mode AD (dual tensors, torch.func.jvp) has no formula here: say so rather than
-  // return a result without its tangent.
+  // Forward-mode AD (dual tensors) has no formula here: say so rather than return a result without
+  // its tangent. gather_linear.forward and the modules catch this error and run a Python
+  // autograd.Function that has one (python/gather_linear/ops.py).
   for (const at::Tensor* t : {&x, &weight, bias ? &*bias : nullptr})
     if (t != nullptr && t->_fw_grad(/*level=*/0).defined())
       C10_THROW_ERROR(NotImplementedError,
-                      "gather_linear.forward: forward-mode AD (dual tensors, jvp) is not supported");
+                      "gather_linear.forward: for forward-mode AD (dual tensors) call gather_linear.forward or the "
+                      "modules, not torch.ops.gather_linear.forward");
   // Nothing to record (torch.no_grad(), or no input that requires grad): skip the graph node and
   // its saved state, as ATen's own ops do; on the seed problem they cost a noticeable share of
   // the call.

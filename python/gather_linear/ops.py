@@ -10,6 +10,7 @@ call than a small problem's whole forward); it names this module as the home of 
 from pathlib import Path
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 torch.ops.load_library(str(Path(__file__).with_name("libgather_linear_torch.so")))
 
@@ -29,18 +30,25 @@ def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 
 
 def forward_under_torch_func(error, x, weight, bias):
-    """Where the op refused to run with `error`: inside a torch.func transform that takes gradients
-    (grad, vjp, jacrev, vmap of them), whose interpreters cannot run the op's C++ autograd
-    Function, the same forward and backward through a Python autograd.Function, which torch.func
-    supports; anything else re-raises. Called from an `except` so that ordinary calls pay nothing."""
-    if torch._C._functorch.peek_interpreter_stack() is None:
+    """Where the op refused to run with `error`: inside a torch.func transform (grad, vjp, jacrev,
+    jvp, jacfwd, vmap of them), whose interpreters cannot run the op's C++ autograd Function, or
+    with dual tensors (forward-mode AD), which it has no formula for: the same forward, with
+    backward and forward-mode formulas, through a Python autograd.Function, which both support;
+    anything else re-raises. Called from an `except` so that ordinary calls pay nothing."""
+    dual = any(t is not None and forward_ad.unpack_dual(t).tangent is not None for t in (x, weight, bias))
+    if not dual and torch._C._functorch.peek_interpreter_stack() is None:
         raise error
     return _ForwardForTorchFunc.apply(x, weight, bias)
 
 
+def _concatenated(x):
+    R, B, H = x.shape
+    return x.transpose(0, 1).reshape(B, R * H)
+
+
 class _ForwardForTorchFunc(torch.autograd.Function):
-    # The backward uses PyTorch ops only (the forward is the op itself, batched by PyTorch's
-    # fallback under vmap): torch.func may derive the vmap rule.
+    # The backward and jvp use PyTorch ops only (the forward is the op itself, batched by
+    # PyTorch's fallback under vmap): torch.func may derive the vmap rule.
     generate_vmap_rule = True
 
     @staticmethod
@@ -52,6 +60,7 @@ class _ForwardForTorchFunc(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         x, weight, bias = inputs
         ctx.save_for_backward(x, weight)
+        ctx.save_for_forward(x, weight)
         ctx.has_bias = bias is not None
 
     @staticmethod
@@ -63,10 +72,23 @@ class _ForwardForTorchFunc(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = (grad_y @ weight).view(B, R, H).transpose(0, 1)
         if ctx.needs_input_grad[1]:
-            grad_weight = grad_y.t() @ x.transpose(0, 1).reshape(B, R * H)
+            grad_weight = grad_y.t() @ _concatenated(x)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_y.sum(0)
         return grad_x, grad_weight, grad_bias
+
+    @staticmethod
+    def jvp(ctx, x_tangent, weight_tangent, bias_tangent):
+        # y is linear in x, in weight and in bias: its tangent is the sum of the three terms.
+        x, weight = ctx.saved_tensors
+        terms = []
+        if x_tangent is not None:
+            terms.append(_concatenated(x_tangent) @ weight.t())
+        if weight_tangent is not None:
+            terms.append(_concatenated(x) @ weight_tangent.t())
+        if bias_tangent is not None:
+            terms.append(bias_tangent.expand(x.shape[1], -1))
+        return sum(terms[1:], terms[0])
 
 
 @torch.library.register_fake("gather_linear::forward")

@@ -5,6 +5,7 @@ import itertools
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 
 import gather_linear
 from support import DEVICES, Inputs, assert_matches_reference, make_inputs, reference_forward
@@ -104,15 +105,39 @@ def test_no_graph_without_requires_grad():
     assert y.grad_fn is None and not y.requires_grad
 
 
-def test_forward_mode_ad_is_refused_not_dropped():
-    # No forward-mode formula: a dual input must raise, not give a result without its tangent.
-    import torch.autograd.forward_ad as fwAD
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_mode_ad_matches_linear_on_cat(device):
+    # Dual tensors, torch.func.jvp, jacfwd and hessian (jacfwd of jacrev) run the op through a
+    # Python autograd.Function with a forward-mode formula.
+    dtype = torch.float64 if device == "cpu" else torch.float32  # the CUDA kernels have no float64
+    tolerance = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}
+    primals = make_inputs(3, 5, 4, 6, dtype=dtype, device=device).as_tuple()
+    tangents = make_inputs(3, 5, 4, 6, dtype=dtype, device=device, seed=1).as_tuple()
+    module = gather_linear.GatherLinear(3, 4, 6, device=device, dtype=dtype)
 
-    x, weight, bias = make_inputs(4, 12, 32, 56).as_tuple()
     with fwAD.dual_level():
-        dual_x = fwAD.make_dual(x, torch.ones_like(x))
-        with pytest.raises(NotImplementedError, match="forward-mode AD"):
-            gather_linear.forward(dual_x, weight, bias)
+        duals = [fwAD.make_dual(p, t) for p, t in zip(primals, tangents)]
+        ours, theirs = gather_linear.forward(*duals), reference_forward(*duals)
+        torch.testing.assert_close(fwAD.unpack_dual(ours).tangent, fwAD.unpack_dual(theirs).tangent, **tolerance)
+        module_tangent = fwAD.unpack_dual(module(duals[0])).tangent  # only x is dual here
+        torch.testing.assert_close(module_tangent, reference_forward(tangents[0], module.weight, None), **tolerance)
+
+    _, ours = torch.func.jvp(gather_linear.forward, primals, tangents)
+    _, theirs = torch.func.jvp(reference_forward, primals, tangents)
+    torch.testing.assert_close(ours, theirs, **tolerance)
+    x, weight, bias = primals
+    torch.testing.assert_close(torch.func.jacfwd(lambda w: gather_linear.forward(x, w, bias))(weight),
+                               torch.func.jacrev(lambda w: reference_forward(x, w, bias))(weight), **tolerance)
+    torch.testing.assert_close(torch.func.hessian(lambda w: gather_linear.forward(x, w, bias).square().sum())(weight),
+                               torch.func.hessian(lambda w: reference_forward(x, w, bias).square().sum())(weight),
+                               **tolerance)
+
+
+def test_op_called_directly_with_dual_tensors_names_the_way_that_works():
+    x, weight, bias = make_inputs(3, 5, 4, 6).as_tuple()
+    with fwAD.dual_level():
+        with pytest.raises(NotImplementedError, match="^gather_linear.forward: for forward-mode AD"):
+            torch.ops.gather_linear.forward(fwAD.make_dual(x, torch.ones_like(x)), weight, bias)
 
 
 @pytest.mark.parametrize("device", DEVICES)
