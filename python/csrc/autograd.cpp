@@ -107,7 +107,7 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& weight, const
   // torch.func's transforms (grad, vjp, jacrev, vmap of a function that takes gradients) cannot run
   // a C++ torch::autograd::Function. gather_linear.forward and the modules catch this error and run
   // a Python autograd.Function instead (python/gather_linear/ops.py); a direct call of the op gets
-  // the message. (vmap without gradients works, through PyTorch's fallback.)
+  // the message. (vmap without gradients needs no autograd: ops.py registers its batching rule.)
   if (const auto& functorch = at::functorch::functorchTLSAccessor()) {
     try {
       functorch->checkSupportsCppAutogradFunction();  // throws while a transform is active

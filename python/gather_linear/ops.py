@@ -1,5 +1,6 @@
-"""The operator torch.ops.gather_linear.forward: its kernels (C++, loaded here) and its fake kernel
-(here, in Python).
+"""The operator torch.ops.gather_linear.forward: its kernels (C++, loaded here), its fake kernel and
+batching rule (here, in Python), and the Python autograd.Function torch.func transforms and
+forward-mode AD run it through.
 
 The C++ library (libgather_linear_torch.so) registers the schema, the CPU and CUDA kernels and the
 autograd kernel (python/csrc/autograd.cpp: in C++ because a Python autograd formula costs more per
@@ -47,8 +48,8 @@ def _concatenated(x):
 
 
 class _ForwardForTorchFunc(torch.autograd.Function):
-    # The backward and jvp use PyTorch ops only (the forward is the op itself, batched by
-    # PyTorch's fallback under vmap): torch.func may derive the vmap rule.
+    # The backward and jvp use PyTorch ops only, the forward the op, which has a batching rule
+    # (_forward_vmap below): torch.func may derive this Function's vmap rule.
     generate_vmap_rule = True
 
     @staticmethod
@@ -122,3 +123,23 @@ def _forward_fake(x, weight, bias=None):
 
 def _name(dtype):
     return str(dtype).removeprefix("torch.")
+
+
+@torch.library.register_vmap("gather_linear::forward")
+def _forward_vmap(info, in_dims, x, weight, bias):
+    # vmap's batching rule. With only x batched, the batch folds into B: x (N, R, B, H) is read as
+    # (R, N*B, H), one call for all N samples (copied only where x's strides cannot be merged). A
+    # batched weight or bias (or an x of the wrong rank, for the op's own error) runs the op once
+    # per sample.
+    x_dim, weight_dim, bias_dim = in_dims
+    if weight_dim is None and bias_dim is None and x.dim() == 4:
+        x = x.movedim(x_dim, 1)
+        R, N, B, H = x.shape
+        return forward_op(x.reshape(R, N * B, H), weight, bias).view(N, B, weight.shape[0]), 0
+
+    def sample(t, dim, i):
+        return t if dim is None else t.select(dim, i)
+
+    samples = [forward_op(sample(x, x_dim, i), sample(weight, weight_dim, i), sample(bias, bias_dim, i))
+               for i in range(info.batch_size)]
+    return torch.stack(samples), 0

@@ -183,13 +183,34 @@ def test_op_called_directly_under_torch_func_names_the_way_that_works():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_vmap_without_gradients_matches_a_loop(device):
-    # No batching rule: PyTorch's fallback runs the op once per sample.
-    inputs = make_inputs(4, 12, 32, 56, device=device)
-    xs = torch.stack([inputs.x, 2 * inputs.x, -inputs.x])
-    batched = torch.func.vmap(gather_linear.forward, in_dims=(0, None, None))(xs, inputs.weight, inputs.bias)
-    for i, x in enumerate(xs):
-        torch.testing.assert_close(batched[i], gather_linear.forward(x, inputs.weight, inputs.bias), rtol=0, atol=0)
+@pytest.mark.parametrize("batched", ["x_dim0", "x_dim2", "weight", "x_and_bias"])
+def test_vmap_matches_a_loop(batched, device):
+    # The batching rule folds a batched x into B (x_dim2: strides that cannot be merged, so a copy)
+    # and loops over samples otherwise.
+    def inputs(seed):
+        return make_inputs(4, 12, 32, 56, device=device, seed=seed).as_tuple()
+
+    samples = [inputs(seed) for seed in range(3)]
+    stacked = [torch.stack(parts) for parts in zip(*samples)]
+    x, weight, bias = samples[0]
+    args, in_dims = {
+        "x_dim0": ((stacked[0], weight, bias), (0, None, None)),
+        "x_dim2": ((stacked[0].movedim(0, 2), weight, bias), (2, None, None)),
+        "weight": ((x, stacked[1], bias), (None, 0, None)),
+        "x_and_bias": ((stacked[0], weight, stacked[2]), (0, None, 0)),
+    }[batched]
+    result = torch.func.vmap(gather_linear.forward, in_dims=in_dims)(*args)
+    for i in range(3):
+        per_sample = [t if d is None else t.select(d, i) for t, d in zip(args, in_dims)]
+        torch.testing.assert_close(result[i], gather_linear.forward(*per_sample))
+
+
+def test_vmap_keeps_the_ops_errors():
+    x, weight, bias = make_inputs(4, 12, 32, 56).as_tuple()
+    with pytest.raises(ValueError, match=r"^weight: expected size\(1\) == R\*H"):
+        torch.func.vmap(gather_linear.forward, in_dims=(0, None, None))(torch.stack([x, x])[:, :, :, :31], weight, bias)
+    with pytest.raises(ValueError, match=r"^x: expected rank 3"):
+        torch.func.vmap(gather_linear.forward, in_dims=(0, None, None))(x, weight, bias)
 
 
 @pytest.mark.parametrize("device", DEVICES)
