@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from gather_linear.ops import forward_op, forward_under_torch_func
+from gather_linear.ops import forward_op, forward_through_python_autograd
 
 
 class GatherLinear(nn.Module):
@@ -47,7 +47,7 @@ class GatherLinear(nn.Module):
         try:
             return forward_op(x, weight, bias)
         except NotImplementedError as error:
-            return forward_under_torch_func(error, x, weight, bias)
+            return forward_through_python_autograd(error, x, weight, bias)
 
     def extra_repr(self) -> str:
         return f"R={self.R}, H={self.H}, K={self.out_features}, bias={self.bias is not None}"

@@ -27,10 +27,10 @@ def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     try:
         return forward_op(x, weight, bias)
     except NotImplementedError as error:
-        return forward_under_torch_func(error, x, weight, bias)
+        return forward_through_python_autograd(error, x, weight, bias)
 
 
-def forward_under_torch_func(error, x, weight, bias):
+def forward_through_python_autograd(error, x, weight, bias):
     """Where the op refused to run with `error`: inside a torch.func transform (grad, vjp, jacrev,
     jvp, jacfwd, vmap of them), whose interpreters cannot run the op's C++ autograd Function, or
     with dual tensors (forward-mode AD), which it has no formula for: the same forward, with
@@ -39,7 +39,7 @@ def forward_under_torch_func(error, x, weight, bias):
     dual = any(t is not None and forward_ad.unpack_dual(t).tangent is not None for t in (x, weight, bias))
     if not dual and torch._C._functorch.peek_interpreter_stack() is None:
         raise error
-    return _ForwardForTorchFunc.apply(x, weight, bias)
+    return _PythonAutogradForward.apply(x, weight, bias)
 
 
 def _concatenated(x):
@@ -47,7 +47,7 @@ def _concatenated(x):
     return x.transpose(0, 1).reshape(B, R * H)
 
 
-class _ForwardForTorchFunc(torch.autograd.Function):
+class _PythonAutogradForward(torch.autograd.Function):
     # The backward and jvp use PyTorch ops only, the forward the op, which has a batching rule
     # (_forward_vmap below): torch.func may derive this Function's vmap rule.
     generate_vmap_rule = True
@@ -80,7 +80,7 @@ class _ForwardForTorchFunc(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, x_tangent, weight_tangent, bias_tangent):
-        # y is linear in x, in weight and in bias: its tangent is the sum of the three terms.
+        # y is bilinear in (x, weight) and affine in bias: its tangent is one term per input.
         x, weight = ctx.saved_tensors
         terms = []
         if x_tangent is not None:
