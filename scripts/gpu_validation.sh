@@ -5,8 +5,9 @@
 # `tests`: build (scripts/build_gpu_host.sh) and install the PyTorch package, then the C++ GPU
 # suite, compute-sanitizer (memcheck, racecheck) and pytest: about 7 minutes on an H200.
 # `bench`: the CLI, the float32, bfloat16 and TF32 sweeps, the GETT on the largest shapes, the op
-# against the library and the KernelBench protocol, on the build `tests` left (run it right
-# after, while the machine is still warm): about 5 minutes. `all` (default): both.
+# against the library, the KernelBench protocol, the backward's variants and a training step, on the
+# build `tests` left (run it right after, while the machine is still warm): about 8 minutes.
+# `all` (default): both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results/gpu_run}
@@ -65,5 +66,13 @@ if [[ $phase == bench || $phase == all ]]; then
   timeout 100 python3 bench/kernelbench_seed.py "$out/kernelbench_seed.csv" > "$out/kernelbench_seed.txt" 2>&1 ||
     status=1
   cat "$out/kernelbench_seed.txt"
+
+  step "backward variants"
+  timeout 120 python3 bench/backward_variants.py "$out/backward_variants.csv" > "$out/backward_variants.txt" 2>&1 ||
+    status=1
+
+  step "training step"
+  timeout 240 python3 bench/training_step.py "$out/training_step.csv" > "$out/training_step.txt" 2>&1 || status=1
+  grep -v -i warn "$out/training_step.txt"
 fi
 exit $status
