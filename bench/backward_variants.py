@@ -20,13 +20,11 @@ On the CPU (--device cpu) smaller float32 shapes run, timed by the wall clock.
 """
 
 import argparse
-import platform
 import statistics
-import time
 
 import torch
 
-from torch_bench import per_call_us, rotating_set_count, write_csv
+from torch_bench import device_name, per_call_us, rotating_set_count, wall_clock_us, write_csv
 
 SHAPES = [  # R, B, H, K, dtype
     (8, 1024, 128, 1024, torch.float32),
@@ -99,13 +97,6 @@ def input_sets(R, B, H, K, dtype, layout, device):
     return sets
 
 
-def wall_clock_us(fn, sets, calls):
-    began = time.perf_counter()
-    for i in range(calls):
-        fn(*sets[i % len(sets)])
-    return (time.perf_counter() - began) * 1e6 / calls
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("csv", nargs="?", default="bench/results/backward_variants.csv")
@@ -116,7 +107,6 @@ def main():
     args = parser.parse_args()
     on_gpu = args.device == "cuda"
     timed_us = per_call_us if on_gpu else wall_clock_us
-    device_name = torch.cuda.get_device_name(0) if on_gpu else platform.processor() or platform.machine()
     rows = []
     for R, B, H, K, dtype in SHAPES if on_gpu else CPU_SHAPES:
         for layout in args.layouts:
@@ -139,7 +129,7 @@ def main():
                     us = statistics.median(times[name])
                     rows.append(dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), x_layout=layout,
                                      gradient=gradient, variant=name, us=f"{us:.2f}",
-                                     relative_to_first=f"{us / first:.3f}", device=device_name,
+                                     relative_to_first=f"{us / first:.3f}", device=device_name(args.device),
                                      torch=torch.__version__))
                     print(",".join(str(v) for v in list(rows[-1].values())[:10]), flush=True)
             del sets

@@ -3,6 +3,8 @@ rotating input sets, back-to-back timing by one CUDA-event pair, KernelBench's i
 the CSV they write."""
 
 import csv
+import platform
+import time
 from pathlib import Path
 
 import torch
@@ -34,6 +36,18 @@ def per_call_us(fn, sets, calls):
     stop.record()
     stop.synchronize()
     return start.elapsed_time(stop) * 1000 / calls
+
+
+def wall_clock_us(fn, sets, calls):
+    """The CPU's per_call_us: fn called `calls` times over the sets, by the wall clock. µs per call."""
+    began = time.perf_counter()
+    for i in range(calls):
+        fn(*sets[i % len(sets)])
+    return (time.perf_counter() - began) * 1e6 / calls
+
+
+def device_name(device):
+    return torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or platform.machine()
 
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench's flush, larger than any GPU's L2
