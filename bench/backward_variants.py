@@ -20,11 +20,9 @@ On the CPU (--device cpu) smaller float32 shapes run, timed by the wall clock.
 """
 
 import argparse
-import statistics
-
 import torch
 
-from torch_bench import device_name, per_call_us, rotating_set_count, wall_clock_us, write_csv
+from torch_bench import device_name, median_us, rotating_set_count, timer_for, write_csv
 
 SHAPES = [  # R, B, H, K, dtype
     (8, 1024, 128, 1024, torch.float32),
@@ -106,7 +104,7 @@ def main():
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args()
     on_gpu = args.device == "cuda"
-    timed_us = per_call_us if on_gpu else wall_clock_us
+    timer = timer_for(args.device)
     rows = []
     for R, B, H, K, dtype in SHAPES if on_gpu else CPU_SHAPES:
         for layout in args.layouts:
@@ -119,14 +117,10 @@ def main():
                 for name, fn in variants.items():
                     error = (fn(*sets[0]).double() - reference).abs().max().item() / reference.abs().max().item()
                     assert error < 2e-2, f"{gradient} {name} disagrees on {(R, B, H, K)}: {error:.2e}"
-                    timed_us(fn, sets, len(sets))  # warm-up
-                times = {name: [] for name in variants}
-                for _ in range(args.rounds):
-                    for name, fn in variants.items():
-                        times[name].append(timed_us(fn, sets, calls))
-                first = statistics.median(times[next(iter(variants))])
-                for name in variants:
-                    us = statistics.median(times[name])
+                    timer(fn, sets, len(sets))  # warm-up
+                medians = median_us({name: (fn, sets) for name, fn in variants.items()}, args.rounds, calls, timer)
+                first = medians[next(iter(variants))]
+                for name, us in medians.items():
                     rows.append(dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), x_layout=layout,
                                      gradient=gradient, variant=name, us=f"{us:.2f}",
                                      relative_to_first=f"{us / first:.3f}", device=device_name(args.device),

@@ -1,13 +1,26 @@
-"""What the PyTorch benchmarks (op_overhead.py, torch_comparison.py, kernelbench_seed.py) share:
-rotating input sets, back-to-back timing by one CUDA-event pair, KernelBench's isolated trial, and
-the CSV they write."""
+"""What the PyTorch benchmarks (op_overhead.py, torch_comparison.py, kernelbench_seed.py,
+training_step.py, cpu_comparison.py, backward_variants.py) share: eager PyTorch's forward, rotating
+input sets, back-to-back timing (one CUDA-event pair, or the wall clock on the CPU) of candidates
+taking turns, KernelBench's isolated trial, the rows comparing the op with eager and torch.compile,
+and the CSV they write."""
 
 import csv
 import platform
+import statistics
 import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+
+
+def concatenate(x):
+    return torch.cat([x[r] for r in range(x.shape[0])], dim=-1)
+
+
+def eager_forward(x, weight, bias):
+    """What the seed's Model computes: torch.cat of the x[r], then F.linear."""
+    return F.linear(concatenate(x), weight, bias)
 
 
 def rotating_set_count(set_bytes, minimum=1, maximum=64):
@@ -46,6 +59,20 @@ def wall_clock_us(fn, sets, calls):
     return (time.perf_counter() - began) * 1e6 / calls
 
 
+def timer_for(device):
+    return per_call_us if device == "cuda" else wall_clock_us
+
+
+def median_us(candidates, rounds, calls, timer=per_call_us):
+    """Candidates {name: (fn, sets)} timed in turn, `calls` calls per run, `rounds` times (so clock
+    and power drift touch them alike): the median µs per call of each."""
+    times = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, (fn, sets) in candidates.items():
+            times[name].append(timer(fn, sets, calls))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def device_name(device):
     return torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or platform.machine()
 
@@ -68,6 +95,25 @@ def isolated_call_us(fn, args, flush_buffer):
     stop.record()
     torch.cuda.synchronize()
     return start.elapsed_time(stop) * 1000
+
+
+def against_pytorch_row(R, B, H, K, dtype, us, device, **extra):
+    """A CSV row of median times {"eager", "torch_compile", "gather_linear"} and the two ratios."""
+    ours = us["gather_linear"]
+    return dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), eager_us=f"{us['eager']:.2f}",
+                torch_compile_us=f"{us['torch_compile']:.2f}", gather_linear_us=f"{ours:.2f}",
+                eager_over_ours=f"{us['eager'] / ours:.3f}", compile_over_ours=f"{us['torch_compile'] / ours:.3f}",
+                device=device_name(device), **extra, torch=torch.__version__)
+
+
+AGAINST_PYTORCH_HEADER = (f"{'R':>3} {'B':>6} {'H':>4} {'K':>5} {'dtype':>9} {'eager us':>10} {'compile us':>10} "
+                          f"{'ours us':>10} {'eager/ours':>10} {'compile/ours':>12}")
+
+
+def against_pytorch_line(row):
+    return (f"{row['R']:>3} {row['B']:>6} {row['H']:>4} {row['K']:>5} {row['dtype']:>9} "
+            f"{float(row['eager_us']):>10.1f} {float(row['torch_compile_us']):>10.1f} "
+            f"{float(row['gather_linear_us']):>10.1f} {row['eager_over_ours']:>10} {row['compile_over_ours']:>12}")
 
 
 def write_csv(path, rows):

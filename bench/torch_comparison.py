@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 import gather_linear
-from torch_bench import isolated_call_us, l2_flush_buffer, per_call_us, rotating_input_sets, write_csv
+from torch_bench import (concatenate, eager_forward, isolated_call_us, l2_flush_buffer, median_us, per_call_us,
+                         rotating_input_sets, write_csv)
 
 SHAPES = [(8, 8192, 512, 4096), (32, 8192, 128, 4096), (4, 16384, 64, 8192)]
 MODES = {  # name: dtype, TF32 allowed (float16 runs the same kernels as bfloat16)
@@ -34,23 +35,6 @@ MODES = {  # name: dtype, TF32 allowed (float16 runs the same kernels as bfloat1
 }
 PROTOCOLS = ("back_to_back", "isolated")
 ISOLATED_TRIALS = 40
-
-
-def concatenate(x):
-    return torch.cat([x[r] for r in range(x.shape[0])], dim=-1)
-
-
-def eager(x, weight, bias):
-    return F.linear(concatenate(x), weight, bias)
-
-
-def back_to_back_us(candidates, rounds, calls):
-    """Median over rounds of the per-call time of `calls` forwards in a row, candidates in turn."""
-    times = {name: [] for name in candidates}
-    for _ in range(rounds):
-        for name, (fn, sets) in candidates.items():
-            times[name].append(per_call_us(fn, sets, calls))
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def isolated_us(candidates, trials, flush_buffer):
@@ -78,14 +62,14 @@ def main():
             dtype, tf32 = MODES[mode]
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch._dynamo.reset()  # compiled for this shape and dtype alone (no dynamic shapes)
-            compiled = torch.compile(eager, dynamic=False)
+            compiled = torch.compile(eager_forward, dynamic=False)
             sets = rotating_input_sets(R, B, H, K, dtype, minimum=2)
             concatenated_sets = [(concatenate(x), weight, bias) for x, weight, bias in sets]
-            candidates = {"eager": (eager, sets), "torch_compile": (compiled, sets),
+            candidates = {"eager": (eager_forward, sets), "torch_compile": (compiled, sets),
                           "gemm_only": (F.linear, concatenated_sets), "gather_linear": (gather_linear.forward, sets)}
             calls = max(10, int(1e13 / (2 * B * K * R * H)))  # about 10 TFLOP per back-to-back run
             with torch.no_grad():
-                reference = eager(*sets[0])
+                reference = eager_forward(*sets[0])
                 scale = reference.abs().max().item()
                 for name, (fn, fn_sets) in candidates.items():
                     error = (fn(*fn_sets[0]).float() - reference.float()).abs().max().item() / scale
@@ -93,7 +77,7 @@ def main():
                     per_call_us(fn, fn_sets, len(fn_sets))  # warm-up (and compilation)
                 for protocol in args.protocols:
                     if protocol == "back_to_back":
-                        us = back_to_back_us(candidates, args.rounds, calls)
+                        us = median_us(candidates, args.rounds, calls)
                     else:
                         us = isolated_us(candidates, ISOLATED_TRIALS, flush_buffer)
                     ours = us["gather_linear"]

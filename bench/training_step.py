@@ -14,14 +14,13 @@ clock over about 20 GFLOP per run.
 """
 
 import argparse
-import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 import gather_linear
-from torch_bench import device_name, per_call_us, rotating_set_count, wall_clock_us, write_csv
+from torch_bench import (AGAINST_PYTORCH_HEADER, against_pytorch_line, against_pytorch_row, eager_forward, median_us,
+                         rotating_set_count, timer_for, write_csv)
 
 SHAPES = [  # R, B, H, K, dtype
     (4, 12, 32, 56, torch.float32),
@@ -37,10 +36,6 @@ CPU_SHAPES = [
     (26, 512, 64, 1024, torch.float32),
     (8, 256, 128, 512, torch.bfloat16),
 ]
-
-
-def eager(x, weight, bias):
-    return F.linear(torch.cat([x[r] for r in range(x.shape[0])], dim=-1), weight, bias)
 
 
 def step(forward):
@@ -67,39 +62,27 @@ def main():
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = parser.parse_args()
     on_gpu = args.device == "cuda"
-    timed_us = per_call_us if on_gpu else wall_clock_us
+    timer = timer_for(args.device)
     rows = []
-    print(f"{'R':>3} {'B':>6} {'H':>4} {'K':>5} {'dtype':>9} {'eager us':>9} {'compile us':>10} {'ours us':>9} "
-          f"{'eager/ours':>10} {'compile/ours':>12}")
+    print(AGAINST_PYTORCH_HEADER)
     for R, B, H, K, dtype in SHAPES if on_gpu else CPU_SHAPES:
         began = time.monotonic()
         torch._dynamo.reset()  # compiled for this shape and dtype alone (no dynamic shapes)
-        candidates = {"eager": step(eager), "torch_compile": step(torch.compile(eager, dynamic=False)),
-                      "gather_linear": step(gather_linear.forward)}
         sets = input_sets(R, B, H, K, dtype, args.device)
+        candidates = {"eager": (step(eager_forward), sets),
+                      "torch_compile": (step(torch.compile(eager_forward, dynamic=False)), sets),
+                      "gather_linear": (step(gather_linear.forward), sets)}
         work = 6e12 if on_gpu else 2e10  # FLOP per run, at most 2000 steps
         calls = min(2000, max(20 if on_gpu else 2, int(work / (6 * B * K * R * H))))
-        reference = candidates["eager"](*sets[0])
-        for name, fn in candidates.items():
+        reference = candidates["eager"][0](*sets[0])
+        for name, (fn, _) in candidates.items():
             for got, want, what in zip(fn(*sets[0]), reference, ("x", "weight", "bias")):
                 error = (got.float() - want.float()).abs().max().item() / want.float().abs().max().item()
                 assert error < 2e-2, f"{name}: grad of {what} disagrees with eager on {(R, B, H, K)}: {error:.2e}"
-            timed_us(fn, sets, len(sets))  # warm-up (and compilation)
-        times = {name: [] for name in candidates}
-        for _ in range(args.rounds):
-            for name, fn in candidates.items():
-                times[name].append(timed_us(fn, sets, calls))
-        us = {name: statistics.median(t) for name, t in times.items()}
-        ours = us["gather_linear"]
-        rows.append(dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), eager_us=f"{us['eager']:.2f}",
-                         torch_compile_us=f"{us['torch_compile']:.2f}", gather_linear_us=f"{ours:.2f}",
-                         eager_over_ours=f"{us['eager'] / ours:.3f}",
-                         compile_over_ours=f"{us['torch_compile'] / ours:.3f}",
-                         device=device_name(args.device), torch=torch.__version__))
-        row = rows[-1]
-        print(f"{R:>3} {B:>6} {H:>4} {K:>5} {row['dtype']:>9} {us['eager']:>9.1f} {us['torch_compile']:>10.1f} "
-              f"{ours:>9.1f} {row['eager_over_ours']:>10} {row['compile_over_ours']:>12}"
-              f"   ({time.monotonic() - began:.0f} s)", flush=True)
+            timer(fn, sets, len(sets))  # warm-up (and compilation)
+        us = median_us(candidates, args.rounds, calls, timer)
+        rows.append(against_pytorch_row(R, B, H, K, dtype, us, args.device))
+        print(f"{against_pytorch_line(rows[-1])}   ({time.monotonic() - began:.0f} s)", flush=True)
         del sets, candidates
     write_csv(args.csv, rows)
 
