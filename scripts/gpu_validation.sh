@@ -3,10 +3,12 @@
 # .deps/googletest and .deps/cutlass along). Logs and CSVs go to <out-dir>.
 #   scripts/gpu_validation.sh <out-dir> [tests|bench|all]
 # `tests`: build (scripts/build_gpu_host.sh) and install the PyTorch package, then the C++ GPU
-# suite, compute-sanitizer (memcheck, racecheck) and pytest: about 7 minutes on an H200.
+# suites (forward, backward), compute-sanitizer (memcheck, racecheck) and pytest: about 8 minutes
+# on an H200.
 # `bench`: the CLI, the float32, bfloat16 and TF32 sweeps, the GETT on the largest shapes, the op
-# against the library, the KernelBench protocol, the backward's variants and a training step, on the
-# build `tests` left (run it right after, while the machine is still warm): about 8 minutes.
+# against the library, the KernelBench protocol, the library's backward against GEMM-only, the
+# backward's ATen compositions and a training step, on the build `tests` left (run it right
+# after, while the machine is still warm): about 9 minutes.
 # `all` (default): both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,9 @@ mkdir -p "$out"
 export PATH=$PATH:/usr/local/cuda/bin PYTHONUNBUFFERED=1
 status=0
 step() { echo "== $*"; }
+BACKWARD_SANITIZE_FILTER='Sweep/CudaBackwardSweep.EveryGradient/R4_B12_H32_K56_*:Sweep/CudaBackwardSweep.EveryGradient/R2_B33_H13_K65_*'
+BACKWARD_SANITIZE_FILTER+=':Sweep/CudaBackwardSweep.EveryGradient/R2_B257_H8_K65_*:Sweep/CudaBackwardSweep.EveryGradient/R3_B4_H8_K0_*'
+BACKWARD_SANITIZE_FILTER+=':CudaBackwardTest.OverlappingWeightRows:CudaBackwardTest.GraphCaptureReplaysWithNewInputs'
 
 if [[ $phase == tests || $phase == all ]]; then
   step build
@@ -25,11 +30,20 @@ if [[ $phase == tests || $phase == all ]]; then
   step "C++ GPU tests"
   timeout 300 build/gpu/tests/test_cuda_forward --gtest_brief=1 > "$out/test_cuda.log" 2>&1 || status=1
   tail -2 "$out/test_cuda.log"
+  timeout 200 build/gpu/tests/test_cuda_backward --gtest_brief=1 > "$out/test_cuda_backward.log" 2>&1 || status=1
+  tail -2 "$out/test_cuda_backward.log"
 
   step "compute-sanitizer"
   SANITIZE_TOOLS="memcheck racecheck" timeout 200 scripts/sanitize_gpu.sh build/gpu/tests/test_cuda_forward \
     > "$out/sanitize.log" 2>&1 || status=1
   grep -E "^==|SUMMARY" "$out/sanitize.log"
+  # The backward's GEMMs are cuBLAS's (racecheck flags cuBLAS's own 16-bit kernels): memcheck over
+  # every form, racecheck over the bias gradient's sums alone.
+  SANITIZE_TOOLS=memcheck timeout 200 scripts/sanitize_gpu.sh build/gpu/tests/test_cuda_backward \
+    "$BACKWARD_SANITIZE_FILTER" > "$out/sanitize_backward.log" 2>&1 || status=1
+  SANITIZE_TOOLS=racecheck timeout 100 scripts/sanitize_gpu.sh build/gpu/tests/test_cuda_backward \
+    'CudaBackwardTest.BiasGradientAlone' >> "$out/sanitize_backward.log" 2>&1 || status=1
+  grep -E "^==|SUMMARY" "$out/sanitize_backward.log"
 
   step "Python tests"
   timeout 300 python3 -m pytest tests/python -q -p no:cacheprovider > "$out/pytest.log" 2>&1 || status=1
@@ -70,6 +84,10 @@ if [[ $phase == bench || $phase == all ]]; then
   step "backward variants"
   timeout 120 python3 bench/backward_variants.py "$out/backward_variants.csv" > "$out/backward_variants.txt" 2>&1 ||
     status=1
+
+  step "backward against GEMM-only"
+  timeout 200 build/gpu/bench/backward_timing > "$out/backward_timing.csv" 2>&1 || status=1
+  cat "$out/backward_timing.csv"
 
   step "training step"
   timeout 240 python3 bench/training_step.py "$out/training_step.csv" > "$out/training_step.txt" 2>&1 || status=1

@@ -8,6 +8,8 @@
 
 #include <thread>
 
+#include "backward_support.hpp"
+#include "core/kernel_registry.hpp"
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "test_support.hpp"
@@ -35,6 +37,28 @@ TEST(CpuEngineAsan, PackedPathStaysInsideItsBuffers) {
               << c << " with " << threads << " threads";
           EXPECT_TRUE(gaps_untouched(o.y)) << c << " with " << threads << " threads: wrote outside y's view";
         }
+      }
+    }
+  }
+}
+
+// The backward's transposed views: strided packing of both operands and strided stores, in the
+// packed and the direct paths (gradients.x reduces over K, gradients.weight over B).
+TEST(CpuEngineAsan, BackwardStaysInsideItsBuffers) {
+  for (int threads : {1, 3}) {
+    for (Shape shape : {Shape{4, 300, 64, 700}, Shape{3, 5, 7, 9}, Shape{2, 700, 300, 3}}) {
+      for (auto [x_layout, grad_x_layout] : {std::pair{BackwardLayout::contiguous, BackwardLayout::contiguous},
+                                             std::pair{BackwardLayout::head_major, BackwardLayout::head_major},
+                                             std::pair{BackwardLayout::b_unit, BackwardLayout::strided},
+                                             std::pair{BackwardLayout::strided, BackwardLayout::b_unit}}) {
+        const BackwardCase c{shape, DType::float32, x_layout, grad_x_layout};
+        BackwardOperands o = make_backward_operands(c, 5);
+        const BackwardProblem p = validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
+        std::thread([&] {
+          omp_set_num_threads(threads);
+          cpu::run_backward(p);
+        }).join();
+        expect_gradients_accurate(o, c, std::to_string(threads) + " threads");
       }
     }
   }

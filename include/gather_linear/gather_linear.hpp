@@ -47,6 +47,32 @@ std::size_t workspace_bytes(const TensorView& x, const TensorView& weight,
                             const std::optional<TensorView>& bias, const TensorView& y,
                             const Options& options = {});
 
+// Where backward() writes the gradients of forward()'s inputs; an absent one is not computed.
+// They are overwritten, not accumulated into.
+struct Gradients {
+  std::optional<TensorView> x;       // (R, B, H): any non-negative strides that keep elements apart
+  std::optional<TensorView> weight;  // (K, R*H): unit inner stride, rows apart (stride(0) >= R*H)
+  std::optional<TensorView> bias;    // (K): contiguous
+};
+
+// Given grad_y = dL/dy, (B, K) with unit inner stride and stride(0) >= K, writes
+//   gradients.x[r, b, h]          = sum_k grad_y[b, k] * W[k, r*H + h]
+//   gradients.weight[k, r*H + h]  = sum_b grad_y[b, k] * x[r, b, h]
+//   gradients.bias[k]             = sum_b grad_y[b, k]
+// straight into x's and W's layouts (no concatenation of x is needed where x has a unit stride in
+// h or b). x and weight are validated as forward() validates them; every gradient must match its
+// input's dtype, device and sizes and share no memory with an input or another gradient. Errors,
+// streams, devices, precision (Options::fp32_precision), determinism and scratch
+// (Options::workspace / workspace_allocator, or the library's per-stream cache) behave as in
+// forward(); Options::kernel must be "auto". 16-bit inputs accumulate in float32.
+void backward(const TensorView& grad_y, const TensorView& x, const TensorView& weight, const Gradients& gradients,
+              const Options& options = {}, CudaStream stream = nullptr);
+
+// Device scratch bytes backward() needs for these arguments (0 on the CPU), validating them as
+// backward() does.
+std::size_t backward_workspace_bytes(const TensorView& grad_y, const TensorView& x, const TensorView& weight,
+                                     const Gradients& gradients, const Options& options = {});
+
 struct KernelInfo {
   std::string_view name;
   DeviceType device;

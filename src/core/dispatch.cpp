@@ -1,4 +1,5 @@
 // forward(): validate, pick a kernel (or take the forced one), find its workspace, run it.
+// backward(): validate, find its workspace, hand it to the backend.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -81,6 +82,49 @@ void check_workspace_alignment(const void* data, const char* argument) {
                     " bytes past a 256-byte boundary");
 }
 
+// The scratch a call needs: the caller's workspace, its allocator's, or the library's cache.
+Workspace acquire_workspace(std::size_t need, const Options& options, int device, CudaStream stream,
+                            std::string_view user) {
+  if (options.workspace.data != nullptr) {
+    if (options.workspace.bytes < need)
+      throw Error(ErrorCode::invalid_argument, "options.workspace",
+                  "expected at least " + std::to_string(need) + " bytes for " + std::string(user) + ", got " +
+                      std::to_string(options.workspace.bytes));
+    check_workspace_alignment(options.workspace.data, "options.workspace");
+    return options.workspace;
+  }
+  if (options.workspace_allocator.allocate != nullptr) {
+    const Workspace workspace{options.workspace_allocator.allocate(need, options.workspace_allocator.context), need};
+    if (workspace.data == nullptr)
+      throw Error(ErrorCode::invalid_argument, "options.workspace_allocator",
+                  "returned null for " + std::to_string(need) + " bytes");
+    check_workspace_alignment(workspace.data, "options.workspace_allocator");
+    return workspace;
+  }
+  return cuda::cached_workspace(device, stream, need);
+}
+
+BackwardProblem resolve_backward(const TensorView& grad_y, const TensorView& x, const TensorView& weight,
+                                 const Gradients& gradients, const Options& options) {
+  if (!options.kernel.empty() && options.kernel != "auto")
+    fail_kernel(ErrorCode::unsupported, "backward() chooses its own kernels: expected \"auto\", got '" +
+                                            std::string(options.kernel) + "'");
+  const BackwardProblem p = validate_backward_args(grad_y, x, weight, gradients);
+  if (p.forward.device.type == DeviceType::cuda) {
+    if (options.device_pointers_verified)
+      cuda::check_device(p.forward);
+    else
+      cuda::check_device_arguments(p);
+    if (p.forward.dtype == DType::float64)
+      throw Error(ErrorCode::unsupported, "x", "float64 is not supported on CUDA");
+  }
+  return p;
+}
+
+std::size_t needed_backward_workspace(const BackwardProblem& p) {
+  return p.forward.device.type == DeviceType::cuda ? cuda::backward_workspace_bytes(p) : 0;
+}
+
 }  // namespace
 
 void forward(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
@@ -90,25 +134,30 @@ void forward(const TensorView& x, const TensorView& weight, const std::optional<
   std::optional<cuda::ScopedDevice> on_device;  // the tensors' device, whichever is current
   if (r.problem.device.type == DeviceType::cuda) on_device.emplace(r.problem.device.index);
   Workspace workspace{};
-  if (const std::size_t need = needed_workspace(r); need > 0) {
-    if (options.workspace.data != nullptr) {
-      if (options.workspace.bytes < need)
-        throw Error(ErrorCode::invalid_argument, "options.workspace",
-                    "expected at least " + std::to_string(need) + " bytes for kernel '" +
-                        std::string(r.kernel->info.name) + "', got " + std::to_string(options.workspace.bytes));
-      check_workspace_alignment(options.workspace.data, "options.workspace");
-      workspace = options.workspace;
-    } else if (options.workspace_allocator.allocate != nullptr) {
-      workspace = {options.workspace_allocator.allocate(need, options.workspace_allocator.context), need};
-      if (workspace.data == nullptr)
-        throw Error(ErrorCode::invalid_argument, "options.workspace_allocator",
-                    "returned null for " + std::to_string(need) + " bytes");
-      check_workspace_alignment(workspace.data, "options.workspace_allocator");
-    } else {
-      workspace = cuda::cached_workspace(r.problem.device.index, stream, need);
-    }
-  }
+  if (const std::size_t need = needed_workspace(r); need > 0)
+    workspace = acquire_workspace(need, options, r.problem.device.index, stream,
+                                  "kernel '" + std::string(r.kernel->info.name) + "'");
   r.kernel->run(r.problem, options, workspace, stream);
+}
+
+void backward(const TensorView& grad_y, const TensorView& x, const TensorView& weight, const Gradients& gradients,
+              const Options& options, CudaStream stream) {
+  const BackwardProblem p = resolve_backward(grad_y, x, weight, gradients, options);
+  if (p.grad_x == nullptr && p.grad_weight == nullptr && p.grad_bias == nullptr) return;  // nothing to write
+  if (p.forward.device.type == DeviceType::cpu) {
+    cpu::run_backward(p);
+    return;
+  }
+  const cuda::ScopedDevice on_device(p.forward.device.index);
+  Workspace workspace{};
+  if (const std::size_t need = needed_backward_workspace(p); need > 0)
+    workspace = acquire_workspace(need, options, p.forward.device.index, stream, "the backward");
+  cuda::run_backward(p, options, workspace, stream);
+}
+
+std::size_t backward_workspace_bytes(const TensorView& grad_y, const TensorView& x, const TensorView& weight,
+                                     const Gradients& gradients, const Options& options) {
+  return needed_backward_workspace(resolve_backward(grad_y, x, weight, gradients, options));
 }
 
 std::array<std::int64_t, 2> output_sizes(const TensorView& x, const TensorView& weight,

@@ -27,6 +27,8 @@ namespace cpu {
 std::span<const KernelEntry> kernels();
 // The CPU kernel the dispatcher uses when none is forced.
 const KernelEntry& choose_kernel(const Problem& p, const Options& options);
+// Computes the requested gradients (cpu/backward.cpp).
+void run_backward(const BackwardProblem& p);
 }  // namespace cpu
 
 namespace cuda {
@@ -36,6 +38,10 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options);
 void check_device(const Problem& p);
 // check_device(), and that every pointer is device memory on that device.
 void check_device_arguments(const Problem& p);
+void check_device_arguments(const BackwardProblem& p);
+// The backward (cuda/backward.cu): its scratch, and the work, enqueued on `stream`.
+std::size_t backward_workspace_bytes(const BackwardProblem& p);
+void run_backward(const BackwardProblem& p, const Options& options, Workspace workspace, CudaStream stream);
 // Device scratch owned by the library for callers that bring none: one buffer per (device,
 // stream), so that work on different streams never shares one (the per-thread default stream
 // counts once per host thread). It only grows (while the stream is being captured it cannot, and

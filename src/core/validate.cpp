@@ -1,6 +1,8 @@
 #include "core/validate.hpp"
 
+#include <array>
 #include <cstdint>
+#include <utility>
 #include <sstream>
 #include <string>
 
@@ -80,10 +82,37 @@ void check_pointer(const TensorView& t, const char* name, const ByteSpan& span) 
   }
 }
 
-void check_no_overlap(const ByteSpan& y, const ByteSpan& input, const char* input_name) {
-  if (y.begin == y.end || input.begin == input.end) return;
-  if (y.begin < input.end && input.begin < y.end)
-    fail("y", std::string("overlaps ") + input_name + ": the output must not share memory with an input");
+void check_no_overlap(const ByteSpan& output, const ByteSpan& input, const char* input_name,
+                      const char* output_name = "y") {
+  if (output.begin == output.end || input.begin == input.end) return;
+  if (output.begin < input.end && input.begin < output.end)
+    fail(output_name, std::string("overlaps ") + input_name + ": an output must not share memory with " +
+                          (std::string(input_name).starts_with("gradients.") ? "another output" : "an input"));
+}
+
+// An output written in parallel must not reach one element twice. Sufficient (as PyTorch's own
+// check is): with the dimensions of size > 1 ordered by stride, each stride passes the whole
+// extent of the dimensions before it.
+void check_elements_distinct(const TensorView& t, const char* name) {
+  std::array<int, kMaxRank> dims{};
+  int n = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.size(d) == 0) return;  // no elements at all
+    if (t.size(d) > 1) dims[static_cast<std::size_t>(n++)] = d;
+  }
+  for (int i = 1; i < n; ++i)  // insertion sort by stride: at most kMaxRank dimensions
+    for (auto j = static_cast<std::size_t>(i); j > 0; --j) {
+      if (t.stride(dims[j - 1]) <= t.stride(dims[j])) break;
+      std::swap(dims[j - 1], dims[j]);
+    }
+  std::int64_t extent = 1;  // one past the largest offset the dimensions so far reach
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[static_cast<std::size_t>(i)];
+    if (t.stride(d) < extent)
+      fail(name, "elements overlap: stride(" + str(d) + ") = " + str(t.stride(d)) + " is less than " + str(extent) +
+                     ", the extent of the dimensions with smaller strides; an output needs distinct elements");
+    extent += (t.size(d) - 1) * t.stride(d);
+  }
 }
 
 // x, weight and bias checked, with the bytes each can reach (for y's overlap checks).
@@ -148,6 +177,16 @@ CheckedInputs check_inputs(const TensorView& x, const TensorView& weight, const 
   return {p, x_span, weight_span, bias_span};
 }
 
+void check_sizes_equal(const TensorView& t, const char* name, std::initializer_list<std::int64_t> expected,
+                       const char* expected_from) {
+  int d = 0;
+  for (std::int64_t e : expected) {
+    if (t.size(d) != e)
+      fail(name, "expected size(" + str(d) + ") == " + str(e) + " (" + expected_from + "), got " + str(t.size(d)));
+    ++d;
+  }
+}
+
 }  // namespace
 
 Problem validate_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias) {
@@ -178,6 +217,88 @@ Problem validate_forward_args(const TensorView& x, const TensorView& weight,
   p.y = y.data;
   p.y_stride_b = y.stride(0);
   return p;
+}
+
+BackwardProblem validate_backward_args(const TensorView& grad_y, const TensorView& x, const TensorView& weight,
+                                       const Gradients& gradients) {
+  const CheckedInputs inputs = check_inputs(x, weight, std::nullopt);
+  const Problem& p = inputs.problem;
+  BackwardProblem bp;
+  bp.forward = p;
+
+  check_rank(grad_y, "grad_y", 2, "(B, K)");
+  check_dtype_and_device(grad_y, "grad_y", x);
+  check_sizes_and_strides(grad_y, "grad_y");
+  if (grad_y.size(0) != p.B)
+    fail("grad_y", "expected size(0) == B = " + str(p.B) + " (x.size(1)), got " + str(grad_y.size(0)));
+  if (grad_y.size(1) != p.K)
+    fail("grad_y", "expected size(1) == K = " + str(p.K) + " (weight.size(0)), got " + str(grad_y.size(1)));
+  if (p.K > 1 && p.B > 0 && grad_y.stride(1) != 1)
+    fail("grad_y", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(grad_y.stride(1)));
+  if (p.B > 1 && p.K > 0 && grad_y.stride(0) < p.K)
+    fail("grad_y", "expected stride(0) >= K = " + str(p.K) + ", got stride(0) = " + str(grad_y.stride(0)));
+  const ByteSpan grad_y_span = reachable_bytes(grad_y, "grad_y");
+  check_pointer(grad_y, "grad_y", grad_y_span);
+  bp.grad_y = grad_y.data;
+  bp.grad_y_stride_b = p.B == 1 ? p.K : grad_y.stride(0);  // one row: its stride is never used
+
+  // Each requested gradient, with the bytes it reaches, checked against the inputs and the
+  // gradients before it.
+  struct Written {
+    ByteSpan span;
+    const char* name;
+  };
+  std::array<Written, 3> written{};
+  int written_count = 0;
+  const auto check_output = [&](const TensorView& t, const char* name) {
+    check_sizes_and_strides(t, name);
+    const ByteSpan span = reachable_bytes(t, name);
+    check_pointer(t, name, span);
+    check_no_overlap(span, inputs.x, "x", name);
+    check_no_overlap(span, inputs.weight, "weight", name);
+    check_no_overlap(span, grad_y_span, "grad_y", name);
+    for (int i = 0; i < written_count; ++i)
+      check_no_overlap(span, written[static_cast<std::size_t>(i)].span, written[static_cast<std::size_t>(i)].name,
+                       name);
+    written[static_cast<std::size_t>(written_count++)] = {span, name};
+    return span.begin != span.end;  // false: empty, nothing to write
+  };
+
+  if (const auto& g = gradients.x) {
+    check_rank(*g, "gradients.x", 3, "(R, B, H)");
+    check_dtype_and_device(*g, "gradients.x", x);
+    check_sizes_equal(*g, "gradients.x", {p.R, p.B, p.H}, "the size of x");
+    check_elements_distinct(*g, "gradients.x");
+    if (check_output(*g, "gradients.x")) {
+      bp.grad_x = g->data;
+      bp.grad_x_stride_r = g->stride(0);
+      bp.grad_x_stride_b = g->stride(1);
+      bp.grad_x_stride_h = g->stride(2);
+    }
+  }
+  if (const auto& g = gradients.weight) {
+    check_rank(*g, "gradients.weight", 2, "(K, R*H)");
+    check_dtype_and_device(*g, "gradients.weight", x);
+    check_sizes_equal(*g, "gradients.weight", {p.K, p.RH}, "the size of weight");
+    if (p.RH > 1 && p.K > 0 && g->stride(1) != 1)
+      fail("gradients.weight", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(g->stride(1)));
+    if (p.K > 1 && p.RH > 0 && g->stride(0) < p.RH)
+      fail("gradients.weight",
+           "rows overlap: expected stride(0) >= R*H = " + str(p.RH) + ", got stride(0) = " + str(g->stride(0)));
+    if (check_output(*g, "gradients.weight")) {
+      bp.grad_weight = g->data;
+      bp.grad_weight_stride_k = p.K == 1 ? p.RH : g->stride(0);
+    }
+  }
+  if (const auto& g = gradients.bias) {
+    check_rank(*g, "gradients.bias", 1, "(K)");
+    check_dtype_and_device(*g, "gradients.bias", x);
+    check_sizes_equal(*g, "gradients.bias", {p.K}, "weight.size(0)");
+    if (p.K > 1 && g->stride(0) != 1)
+      fail("gradients.bias", "expected a contiguous tensor (stride(0) == 1), got stride(0) = " + str(g->stride(0)));
+    if (check_output(*g, "gradients.bias")) bp.grad_bias = g->data;
+  }
+  return bp;
 }
 
 }  // namespace gather_linear

@@ -29,6 +29,13 @@ std::vector<double> reference_forward_rows(const Problem& p, std::span<const std
 // The reference rounded into y's dtype.
 void run_reference(const Problem& p);
 
+// The exact gradients, in double precision, from their definitions: x's (R, B, H), weight's
+// (K, R*H) and bias's (K), row-major, each computed whether or not the problem asks for it.
+struct ReferenceGradients {
+  std::vector<double> x, weight, bias;
+};
+ReferenceGradients reference_backward(const BackwardProblem& p);
+
 // Unfused baseline: concatenate into a (B, R*H) buffer, then one OpenBLAS GEMM plus bias.
 void run_unfused_blas(const Problem& p);
 // Empty when run_unfused_blas can express `p`, else why not.

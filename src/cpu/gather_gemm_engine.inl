@@ -61,9 +61,13 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
   const In* rows[NR];
   const int valid = static_cast<int>(std::min<std::int64_t>(NR, p.K - k_first));
   for (int j = 0; j < valid; ++j) rows[j] = static_cast<const In*>(p.weight) + (k_first + j) * p.weight_stride_k;
+  const std::int64_t stride_c = p.weight_stride_c;  // 1, except in the backward's transposed views
   for (std::int64_t c = 0; c < p.RH; ++c) {
     Acc* dst = out + c * NR;
-    for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(rows[j][c]);
+    if (stride_c == 1)
+      for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(rows[j][c]);
+    else
+      for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(rows[j][c * stride_c]);
     for (int j = valid; j < NR; ++j) dst[j] = Acc(0);
   }
 }
@@ -123,11 +127,11 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   const In* bias = static_cast<const In*>(p.bias);
   In* y = static_cast<In*>(p.y);
   for (int i = 0; i < mc; ++i) {
-    In* y_row = y + (b0 + i) * p.y_stride_b + k0;
+    In* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
     const Acc* c_row = c_buf + i * nc_padded;
     for (int j = 0; j < nc; ++j) {
       const Acc bias_j = bias ? load_as<Acc>(bias[k0 + j]) : Acc(0);
-      y_row[j] = store_as<In>(c_row[j] + bias_j);
+      y_row[j * p.y_stride_k] = store_as<In>(c_row[j] + bias_j);
     }
   }
 }
@@ -163,17 +167,22 @@ void direct_rows(const Problem& p, Acc* __restrict row_buf) {
     pack_gathered_rows_to_line<In, Acc>(p, b, row_buf);
     for (std::int64_t k = 0; k < p.K; ++k) {
       const In* w = static_cast<const In*>(p.weight) + k * p.weight_stride_k;
-      Vec partial[4] = {};
-      std::int64_t c = 0;
-      for (; c + 4 * L <= p.RH; c += 4 * L)
-        for (int u = 0; u < 4; ++u) {
-          Vec a;
-          std::memcpy(&a, row_buf + c + u * L, sizeof(Vec));
-          partial[u] += a * load(w + c + u * L);
-        }
-      Acc sum = lane_sum((partial[0] + partial[1]) + (partial[2] + partial[3]));
-      for (; c < p.RH; ++c) sum += row_buf[c] * load_as<Acc>(w[c]);
-      y[b * p.y_stride_b + k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k]) : Acc(0)));
+      Acc sum = 0;
+      if (p.weight_stride_c == 1) {
+        Vec partial[4] = {};
+        std::int64_t c = 0;
+        for (; c + 4 * L <= p.RH; c += 4 * L)
+          for (int u = 0; u < 4; ++u) {
+            Vec a;
+            std::memcpy(&a, row_buf + c + u * L, sizeof(Vec));
+            partial[u] += a * load(w + c + u * L);
+          }
+        sum = lane_sum((partial[0] + partial[1]) + (partial[2] + partial[3]));
+        for (; c < p.RH; ++c) sum += row_buf[c] * load_as<Acc>(w[c]);
+      } else {  // a transposed view in the backward: too small here to repay packing it
+        for (std::int64_t c = 0; c < p.RH; ++c) sum += row_buf[c] * load_as<Acc>(w[c * p.weight_stride_c]);
+      }
+      y[b * p.y_stride_b + k * p.y_stride_k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k]) : Acc(0)));
     }
   }
 }

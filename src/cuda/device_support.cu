@@ -100,6 +100,18 @@ void check_device_arguments(const Problem& p) {
   if (p.B > 0 && p.K > 0) check_pointer(p.y, "y", p.device.index);
 }
 
+void check_device_arguments(const BackwardProblem& p) {
+  const Problem& f = p.forward;
+  check_device(f);
+  if (f.B > 0 && f.RH > 0) check_pointer(f.x, "x", f.device.index);
+  if (f.K > 0 && f.RH > 0) check_pointer(f.weight, "weight", f.device.index);
+  if (f.B > 0 && f.K > 0) check_pointer(p.grad_y, "grad_y", f.device.index);
+  // Null when absent or empty.
+  check_pointer(p.grad_x, "gradients.x", f.device.index);
+  check_pointer(p.grad_weight, "gradients.weight", f.device.index);
+  check_pointer(p.grad_bias, "gradients.bias", f.device.index);
+}
+
 Workspace cached_workspace(int device, CudaStream stream, std::size_t bytes) {
   struct Scratch {
     unsigned long long stream_id = 0;  // cudaStreamGetId of the stream that owns the buffers

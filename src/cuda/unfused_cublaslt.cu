@@ -69,38 +69,6 @@ unsigned grid_for(std::int64_t items, int device) {
 
 // ---- cuBLASLt ---------------------------------------------------------------------------
 
-void check_lt(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw Error(ErrorCode::cuda_error, what,
-                std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status));
-}
-
-struct DeviceContext {
-  std::once_flag once;
-  cublasLtHandle_t handle = nullptr;
-};
-
-DeviceContext& context(int device) {
-  static std::array<DeviceContext, kMaxDevices> contexts;
-  DeviceContext& ctx = contexts[static_cast<std::size_t>(device)];
-  std::call_once(ctx.once, [&] {
-    const ScopedDevice on_device(device);
-    check_lt(cublasLtCreate(&ctx.handle), "cublasLtCreate");
-  });
-  return ctx;
-}
-
-int alignment_bytes(const void* p) {
-  const auto address = reinterpret_cast<std::uintptr_t>(p);
-  int a = 256;
-  while (a > 1 && address % a != 0) a /= 2;
-  return a;
-}
-
-cudaDataType_t cuda_data_type(DType d) {
-  return d == DType::float16 ? CUDA_R_16F : d == DType::bfloat16 ? CUDA_R_16BF : CUDA_R_32F;
-}
-
 using PlanKey = std::tuple<int, DType, bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                            int, int, int>;
 
@@ -195,14 +163,14 @@ void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precis
     });
     return;
   }
-  DeviceContext& ctx = context(p.device.index);
-  Plan& plan = plan_for(p, concatenated, precision == Fp32Precision::tf32, ctx.handle);
+  const cublasLtHandle_t handle = cublaslt_handle(p.device.index);
+  Plan& plan = plan_for(p, concatenated, precision == Fp32Precision::tf32, handle);
   const float one = 1.f, zero = 0.f;
   std::lock_guard lock(plan.mutex);
   if (p.bias)
     check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)),
              "BIAS_POINTER");
-  check_lt(cublasLtMatmul(ctx.handle, plan.op, &one, p.weight, plan.w, concatenated, plan.a, &zero, p.y, plan.y, p.y,
+  check_lt(cublasLtMatmul(handle, plan.op, &one, p.weight, plan.w, concatenated, plan.a, &zero, p.y, plan.y, p.y,
                           plan.y, &plan.algo, gemm_workspace, kGemmWorkspaceBytes, stream),
            "cublasLtMatmul");
 }

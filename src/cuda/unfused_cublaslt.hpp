@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/problem.hpp"
+#include "cuda/cublaslt_matmul.hpp"
 #include "gather_linear/gather_linear.hpp"
 
 namespace gather_linear::cuda {
@@ -13,9 +14,6 @@ namespace gather_linear::cuda {
 // Writes cat(x[0..R), dim=-1) as a row-major (B, R*H) matrix to `out` (B*R*H elements).
 void concatenate(const Problem& p, void* out, CudaStream stream);
 
-// cuBLASLt's scratch for one GEMM (what cuBLAS suggests for Hopper), owned by the caller so that
-// GEMMs on different streams never share it; 256-byte aligned.
-constexpr std::size_t kGemmWorkspaceBytes = std::size_t{32} << 20;
 // y = concatenated * W^T + bias through cuBLASLt (TF32 for float32 when allowed). The bias, if
 // any, must start on a 16-byte boundary (run_unfused copies one that does not).
 void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precision precision, void* gemm_workspace,

@@ -1,0 +1,190 @@
+// The library's backward (gather_linear::backward) against cuBLASLt GEMM-only on an input
+// concatenated beforehand: gradients.x as one (B, R*H) GEMM and gradients.weight as one GEMM on
+// the concatenation, the floor a backward that had the concatenation for free would reach. The
+// library writes gradients.x in x's own layout and reads x in place. One CSV row per shape and
+// layout; the backward's results are checked against the comparator's before timing.
+// Times: median per backward over CUDA-graph replays, the candidates interleaved, input sets
+// rotated past L2.
+//
+//   backward_timing > backward.csv
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "cuda/cublaslt_matmul.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_types.cuh"
+#include "cuda/unfused_cublaslt.hpp"
+#include "timing.hpp"
+
+namespace gather_linear::bench {
+namespace {
+
+using cuda::check;
+
+template <class T>
+__global__ void fill_uniform(T* p, std::size_t n, unsigned seed) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    unsigned h = static_cast<unsigned>(i) * 2654435761u ^ seed;
+    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+    p[i] = cuda::from_float<T>(static_cast<float>(h & 0xffffu) / 65536.f - 0.5f);
+  }
+}
+
+struct Shape {
+  std::int64_t R, B, H, K;
+};
+
+struct Buffers {
+  std::vector<void*> allocations;
+  std::size_t element;
+  explicit Buffers(DType dtype) : element(dtype_size(dtype)) {}
+  ~Buffers() {
+    for (void* p : allocations) cudaFree(p);
+  }
+  void* alloc(std::size_t elements) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, std::max<std::size_t>(elements * element, 256)), "cudaMalloc");
+    allocations.push_back(p);
+    return p;
+  }
+};
+
+// x, weight and grad_y of one input set; `head_major`: x stored (B, R, H).
+struct Set {
+  TensorView x, weight, grad_y;
+};
+
+std::vector<float> download(const void* p, std::size_t n, DType dtype) {
+  std::vector<float> h(n);
+  cuda::visit_device_dtype(dtype, [&]<class T>() {
+    std::vector<T> raw(n);
+    check(cudaMemcpy(raw.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    for (std::size_t i = 0; i < n; ++i) h[i] = static_cast<float>(raw[i]);
+  });
+  return h;
+}
+
+// max |a - b| / max |b|, with a[i] compared to b[index(i)].
+double disagreement(const std::vector<float>& a, const std::vector<float>& b,
+                    const std::function<std::size_t(std::size_t)>& index) {
+  double err = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double want = b[index(i)];
+    err = std::isnan(a[i]) ? INFINITY : std::max(err, std::abs(double(a[i]) - want));
+    scale = std::max(scale, std::abs(want));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream) {
+  const std::int64_t RH = s.R * s.H;
+  const std::size_t nx = s.R * s.B * s.H, nw = s.K * RH, ny = s.B * s.K;
+  const Device dev = Device::cuda(0);
+  Buffers buf(dtype);
+  const int sets = timing::rotating_sets(dtype_size(dtype) * (nx + nw + ny), 0);
+  std::vector<Set> in;
+  for (int i = 0; i < sets; ++i) {
+    void *x = buf.alloc(nx), *w = buf.alloc(nw), *dy = buf.alloc(ny);
+    cuda::visit_device_dtype(dtype, [&]<class T>() {
+      fill_uniform<<<1024, 256, 0, stream>>>(static_cast<T*>(x), nx, 3 * i + 1);
+      fill_uniform<<<1024, 256, 0, stream>>>(static_cast<T*>(w), nw, 3 * i + 2);
+      fill_uniform<<<1024, 256, 0, stream>>>(static_cast<T*>(dy), ny, 3 * i + 3);
+    });
+    const std::int64_t sr = head_major ? s.H : s.B * s.H, sb = head_major ? RH : s.H;
+    in.push_back({TensorView::strided(x, dtype, dev, {s.R, s.B, s.H}, {sr, sb, 1}),
+                  TensorView::contiguous(w, dtype, dev, {s.K, RH}), TensorView::contiguous(dy, dtype, dev, {s.B, s.K})});
+  }
+  // Outputs, shared by the sets: gradients.x in x's layout; the comparator's (B, R*H) and dW.
+  void *grad_x = buf.alloc(nx), *grad_w = buf.alloc(nw), *grad_b = buf.alloc(s.K);
+  void *cat = buf.alloc(nx), *cat_grad_x = buf.alloc(nx), *gemm_grad_w = buf.alloc(nw);
+  void* gemm_scratch = buf.alloc(cuda::kGemmWorkspaceBytes / buf.element);
+  const TensorView x0 = in[0].x;
+  Gradients all;
+  all.x = TensorView::strided(grad_x, dtype, dev, {s.R, s.B, s.H}, {x0.stride(0), x0.stride(1), 1});
+  all.weight = TensorView::contiguous(grad_w, dtype, dev, {s.K, RH});
+  all.bias = TensorView::contiguous(grad_b, dtype, dev, {s.K});
+  Gradients no_bias = all;
+  no_bias.bias.reset();
+  Options options;
+  const std::size_t ws = backward_workspace_bytes(in[0].grad_y, in[0].x, in[0].weight, all, options);
+  options.workspace = {buf.alloc(ws / buf.element + 1), ws};
+  {  // the comparator's concatenation, made once
+    const Problem p = validate_inputs(in[0].x, in[0].weight, std::nullopt);
+    cuda::concatenate(p, cat, stream);
+  }
+
+  const auto library = [&](const Gradients& g) {
+    return [&, g](int set) { backward(in[set].grad_y, in[set].x, in[set].weight, g, options, stream); };
+  };
+  const auto gemm_only = [&](int set) {
+    cuda::StridedBatchedGemm dx;  // (R*H x B) = W^T (R*H x K) * grad_y^T (K x B)
+    dx.dtype = dtype, dx.m = RH, dx.n = s.B, dx.k = s.K;
+    dx.a = {in[set].weight.data, false, RH, 0};
+    dx.b = {in[set].grad_y.data, false, s.K, 0};
+    dx.d = cat_grad_x, dx.ldd = RH;
+    cuda::run_gemm(dx, 0, gemm_scratch, stream);
+    cuda::StridedBatchedGemm dw;  // (R*H x K) = cat^T (R*H x B) * grad_y (B x K)
+    dw.dtype = dtype, dw.m = RH, dw.n = s.K, dw.k = s.B;
+    dw.a = {cat, false, RH, 0};
+    dw.b = {in[set].grad_y.data, true, s.K, 0};
+    dw.d = gemm_grad_w, dw.ldd = RH;
+    cuda::run_gemm(dw, 0, gemm_scratch, stream);
+  };
+
+  // The library's results against the comparator's (set 0; dX indexed into the (B, R*H) layout).
+  library(all)(0);
+  gemm_only(0);
+  check(cudaStreamSynchronize(stream), "check runs");
+  const double dx_err = disagreement(download(grad_x, nx, dtype), download(cat_grad_x, nx, dtype), [&](std::size_t i) {
+    // grad_x element i in storage order of x's layout -> (r, b, h) -> the comparator's b*RH + r*H + h
+    std::size_t r, b, h;
+    if (head_major)
+      b = i / RH, r = (i % RH) / s.H, h = i % s.H;
+    else
+      r = i / (s.B * s.H), b = (i / s.H) % s.B, h = i % s.H;
+    return b * RH + r * s.H + h;
+  });
+  // The comparator's column-major (R*H x K) with ld R*H is the row-major (K, R*H) itself.
+  const double dw_err =
+      disagreement(download(grad_w, nw, dtype), download(gemm_grad_w, nw, dtype), [](std::size_t i) { return i; });
+
+  const double flops = 4.0 * s.B * s.K * RH;
+  const int repeats = static_cast<int>(std::clamp(4e10 / flops, 10.0, 200.0));
+  const auto t = timing::time_gpu_interleaved({library(all), library(no_bias), gemm_only}, sets, repeats, stream);
+  std::printf("%lld,%lld,%lld,%lld,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.2e,%.2e\n", (long long)s.R, (long long)s.B,
+              (long long)s.H, (long long)s.K, std::string(dtype_name(dtype)).c_str(),
+              head_major ? "head-major" : "contiguous", t[0].graph_us, t[1].graph_us, t[2].graph_us,
+              t[1].graph_us / t[2].graph_us, flops / t[1].graph_us / 1e6, dx_err, dw_err);
+  std::fflush(stdout);
+}
+
+}  // namespace
+}  // namespace gather_linear::bench
+
+int main() {
+  using namespace gather_linear;
+  using namespace gather_linear::bench;
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::printf("R,B,H,K,dtype,x_layout,backward_us,backward_no_bias_us,gemm_only_us,"
+              "no_bias_over_gemm_only,no_bias_tflops,dx_disagreement,dw_disagreement\n");
+  const Shape shapes[] = {{4, 12, 32, 56},      {8, 1024, 128, 1024}, {26, 4096, 64, 1024}, {16, 4096, 32, 2048},
+                          {4, 16384, 64, 1024}, {4, 4096, 256, 4096}, {32, 8192, 128, 4096}, {8, 8192, 512, 4096},
+                          {4, 16384, 64, 8192}};
+  for (const Shape& s : shapes)
+    for (DType dtype : {DType::bfloat16, DType::float32})
+      for (bool head_major : {false, true}) {
+        if (dtype == DType::float32 && s.B * s.K * s.R * s.H > (std::int64_t{1} << 33)) continue;  // slow, big
+        run_shape(s, dtype, head_major, stream);
+      }
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  return 0;
+}

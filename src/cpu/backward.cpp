@@ -1,0 +1,113 @@
+// The CPU backward. Both gradient GEMMs are phrased as problems of the forward's form, over
+// transposed views, so that the SIMD engine computes them (it gathers whatever it packs):
+//   gradients.x[r]       (B, H)  = grad_y (B, K)  * W[:, r*H : r*H + H]          (reduction over k)
+//   gradients.weight[:, r*H : r*H + H] (K, H) = grad_y^T (K, B) * x[r] (B, H)    (reduction over b)
+// one problem per slice r, or one for all of them where the slices sit side by side (the
+// gradient of a head-major x; a head-major x itself). The bias gradient sums grad_y's rows.
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "core/kernel_registry.hpp"
+#include "core/numeric.hpp"
+#include "cpu/cpu_kernels.hpp"
+
+namespace gather_linear::cpu {
+namespace {
+
+const void* advance(const void* data, std::int64_t elements, DType dtype) {
+  return static_cast<const std::byte*>(data) + elements * static_cast<std::int64_t>(dtype_size(dtype));
+}
+void* advance(void* data, std::int64_t elements, DType dtype) {
+  return static_cast<std::byte*>(data) + elements * static_cast<std::int64_t>(dtype_size(dtype));
+}
+
+// A problem with a single slice: y (rows, cols) = A (rows, depth) * Wt (cols, depth)^T.
+Problem gemm_problem(const BackwardProblem& bp, std::int64_t rows, std::int64_t depth, std::int64_t cols) {
+  Problem g;
+  g.R = 1;
+  g.B = rows;
+  g.H = depth;
+  g.RH = depth;
+  g.K = cols;
+  g.dtype = bp.forward.dtype;
+  g.device = bp.forward.device;
+  return g;
+}
+
+void input_gradient(const BackwardProblem& bp) {
+  const Problem& f = bp.forward;
+  // A = grad_y as it is; Wt[c, k] = W[k, c]: W read down its columns.
+  Problem g = gemm_problem(bp, f.B, f.K, f.RH);
+  g.x = bp.grad_y;
+  g.x_stride_b = bp.grad_y_stride_b;
+  g.x_stride_h = 1;
+  g.weight = f.weight;
+  g.weight_stride_k = 1;
+  g.weight_stride_c = f.K == 1 ? 1 : f.weight_stride_k;
+  g.y_stride_b = bp.grad_x_stride_b;
+  const bool side_by_side = (f.H == 1 || bp.grad_x_stride_h == 1) && (f.R == 1 || bp.grad_x_stride_r == f.H);
+  if (side_by_side) {
+    g.y = bp.grad_x;
+    run_gather_gemm(g);
+    return;
+  }
+  g.K = f.H;
+  g.y_stride_k = bp.grad_x_stride_h;
+  for (std::int64_t r = 0; r < f.R; ++r) {
+    g.weight = advance(f.weight, r * f.H, f.dtype);
+    g.y = advance(bp.grad_x, r * bp.grad_x_stride_r, f.dtype);
+    run_gather_gemm(g);
+  }
+}
+
+void weight_gradient(const BackwardProblem& bp) {
+  const Problem& f = bp.forward;
+  // A = grad_y^T (read down its columns); Wt[c, b] = x[c / H, b, c % H].
+  Problem g = gemm_problem(bp, f.K, f.B, f.RH);
+  g.x = bp.grad_y;
+  g.x_stride_b = 1;
+  g.x_stride_h = bp.grad_y_stride_b;
+  g.weight = f.x;
+  g.weight_stride_c = f.x_stride_b;
+  g.y_stride_b = bp.grad_weight_stride_k;
+  const bool side_by_side = (f.H == 1 || f.x_stride_h == 1) && (f.R == 1 || f.x_stride_r == f.H);
+  if (side_by_side) {
+    g.weight_stride_k = 1;
+    g.y = bp.grad_weight;
+    run_gather_gemm(g);
+    return;
+  }
+  g.K = f.H;
+  g.weight_stride_k = f.x_stride_h;
+  for (std::int64_t r = 0; r < f.R; ++r) {
+    g.weight = advance(f.x, r * f.x_stride_r, f.dtype);
+    g.y = advance(bp.grad_weight, r * f.H, f.dtype);
+    run_gather_gemm(g);
+  }
+}
+
+// Row by row, so the order of the sum is fixed and the inner loop runs along contiguous k.
+template <class In>
+void bias_gradient(const BackwardProblem& bp) {
+  using Acc = std::conditional_t<std::is_same_v<In, double>, double, float>;
+  const Problem& f = bp.forward;
+  std::vector<Acc> sum(static_cast<std::size_t>(f.K), Acc(0));
+  const In* grad_y = static_cast<const In*>(bp.grad_y);
+  for (std::int64_t b = 0; b < f.B; ++b)
+    for (std::int64_t k = 0; k < f.K; ++k)
+      sum[static_cast<std::size_t>(k)] += load_as<Acc>(grad_y[b * bp.grad_y_stride_b + k]);
+  In* out = static_cast<In*>(bp.grad_bias);
+  for (std::int64_t k = 0; k < f.K; ++k) out[k] = store_as<In>(sum[static_cast<std::size_t>(k)]);
+}
+
+}  // namespace
+
+void run_backward(const BackwardProblem& p) {
+  if (p.grad_x) input_gradient(p);
+  if (p.grad_weight) weight_gradient(p);
+  if (p.grad_bias) visit_floating_dtype(p.forward.dtype, [&]<class In>() { bias_gradient<In>(p); });
+}
+
+}  // namespace gather_linear::cpu

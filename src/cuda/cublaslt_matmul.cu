@@ -1,0 +1,142 @@
+#include "cuda/cublaslt_matmul.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/kernel_registry.hpp"
+#include "cuda/device_info.hpp"
+
+namespace gather_linear::cuda {
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(ErrorCode::cuda_error, what,
+                std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status));
+}
+
+cublasLtHandle_t cublaslt_handle(int device) {
+  struct DeviceHandle {
+    std::once_flag once;
+    cublasLtHandle_t handle = nullptr;
+  };
+  static std::array<DeviceHandle, kMaxDevices> handles;
+  DeviceHandle& slot = handles[static_cast<std::size_t>(device)];
+  std::call_once(slot.once, [&] {
+    const ScopedDevice on_device(device);
+    check_lt(cublasLtCreate(&slot.handle), "cublasLtCreate");
+  });
+  return slot.handle;
+}
+
+cudaDataType_t cuda_data_type(DType dtype) {
+  return dtype == DType::float16 ? CUDA_R_16F : dtype == DType::bfloat16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+int alignment_bytes(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+namespace {
+
+// Everything a plan depends on. Alignments cover each batch member's start (base and stride).
+using GemmKey = std::array<std::int64_t, 18>;
+
+struct GemmPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~GemmPlan() {
+    if (op) cublasLtMatmulDescDestroy(op);
+    for (auto layout : {a, b, d})
+      if (layout) cublasLtMatrixLayoutDestroy(layout);
+  }
+};
+
+int operand_alignment(const void* data, std::int64_t batch_stride, DType dtype) {
+  const auto stride_bytes = static_cast<std::uintptr_t>(batch_stride) * dtype_size(dtype);
+  return std::min(alignment_bytes(data), alignment_bytes(reinterpret_cast<const void*>(stride_bytes)));
+}
+
+const GemmPlan& plan_for(const StridedBatchedGemm& g, int device, cublasLtHandle_t handle) {
+  const bool tf32 = g.tf32 && g.dtype == DType::float32;
+  const int align_a = operand_alignment(g.a.data, g.a.batch_stride, g.dtype);
+  const int align_b = operand_alignment(g.b.data, g.b.batch_stride, g.dtype);
+  const int align_d = operand_alignment(g.d, g.batch_stride_d, g.dtype);
+  const GemmKey key{device, static_cast<std::int64_t>(g.dtype), tf32, g.m, g.n, g.k, g.batch,
+                    g.a.transposed, g.a.ld, g.a.batch_stride, g.b.transposed, g.b.ld, g.b.batch_stride,
+                    g.ldd, g.batch_stride_d, align_a, align_b, align_d};
+  static std::mutex cache_mutex;
+  static std::map<GemmKey, std::unique_ptr<GemmPlan>> cache;
+  std::lock_guard lock(cache_mutex);
+  std::unique_ptr<GemmPlan>& slot = cache[key];
+  if (slot) return *slot;
+
+  auto plan = std::make_unique<GemmPlan>();
+  const cudaDataType_t type = cuda_data_type(g.dtype);
+  check_lt(cublasLtMatmulDescCreate(&plan->op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           "cublasLtMatmulDescCreate");
+  const auto set_op = [&](cublasLtMatmulDescAttributes_t attribute, cublasOperation_t value, const char* what) {
+    check_lt(cublasLtMatmulDescSetAttribute(plan->op, attribute, &value, sizeof(value)), what);
+  };
+  set_op(CUBLASLT_MATMUL_DESC_TRANSA, g.a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, "TRANSA");
+  set_op(CUBLASLT_MATMUL_DESC_TRANSB, g.b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, "TRANSB");
+  // A stored matrix's rows and columns: op(A) is m x k, op(B) k x n.
+  const auto layout = [&](cublasLtMatrixLayout_t* out, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                          std::int64_t batch_stride, const char* what) {
+    check_lt(cublasLtMatrixLayoutCreate(out, type, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+                                        ld),
+             what);
+    if (g.batch > 1) {
+      const auto count = static_cast<std::int32_t>(g.batch);
+      check_lt(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+               what);
+      check_lt(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
+                                                sizeof(batch_stride)),
+               what);
+    }
+  };
+  layout(&plan->a, g.a.transposed ? g.k : g.m, g.a.transposed ? g.m : g.k, g.a.ld, g.a.batch_stride, "layout A");
+  layout(&plan->b, g.b.transposed ? g.n : g.k, g.b.transposed ? g.k : g.n, g.b.ld, g.b.batch_stride, "layout B");
+  layout(&plan->d, g.m, g.n, g.ldd, g.batch_stride_d, "layout D");
+
+  cublasLtMatmulPreference_t preference;
+  check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  const auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value) {
+    cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value));
+  };
+  prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{kGemmWorkspaceBytes});
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<std::uint32_t>(align_a));
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<std::uint32_t>(align_b));
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<std::uint32_t>(align_d));
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<std::uint32_t>(align_d));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->d, plan->d,
+                                                              preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) throw Error(ErrorCode::unsupported, "cublasLt", "no cuBLASLt algorithm for this GEMM");
+  plan->algo = result.algo;
+  slot = std::move(plan);
+  return *slot;
+}
+
+}  // namespace
+
+void run_gemm(const StridedBatchedGemm& g, int device, void* scratch, CudaStream stream) {
+  const cublasLtHandle_t handle = cublaslt_handle(device);
+  const GemmPlan& plan = plan_for(g, device, handle);
+  const float one = 1.f, zero = 0.f;
+  check_lt(cublasLtMatmul(handle, plan.op, &one, g.a.data, plan.a, g.b.data, plan.b, &zero, g.d, plan.d, g.d, plan.d,
+                          &plan.algo, scratch, kGemmWorkspaceBytes, stream),
+           "cublasLtMatmul");
+}
+
+}  // namespace gather_linear::cuda

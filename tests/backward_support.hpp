@@ -1,0 +1,184 @@
+// Shared by the CPU and CUDA backward suites: cases (x's layout paired with its gradient's),
+// host operands with NaN-poisoned gradients, and their errors against the exact reference.
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "cpu/cpu_kernels.hpp"
+#include "test_support.hpp"
+
+namespace gather_linear::testing {
+
+// How x and gradients.x are laid out. Each form of the backward's GEMMs is reached by one:
+// slices side by side (head-major), a unit stride in h (contiguous), in b (b_unit), in neither
+// (strided), overlapping rows of x (broadcast_rows), pointers one element off (misaligned).
+enum class BackwardLayout { contiguous, head_major, b_unit, strided, broadcast_rows, misaligned };
+
+inline const char* layout_name(BackwardLayout l) {
+  switch (l) {
+    case BackwardLayout::contiguous: return "contiguous";
+    case BackwardLayout::head_major: return "head_major";
+    case BackwardLayout::b_unit: return "b_unit";
+    case BackwardLayout::strided: return "strided";
+    case BackwardLayout::broadcast_rows: return "broadcast_rows";
+    case BackwardLayout::misaligned: return "misaligned";
+  }
+  return "?";
+}
+
+struct BackwardCase {
+  Shape shape;
+  DType dtype;
+  BackwardLayout x_layout, grad_x_layout;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const BackwardCase& c) {
+  return os << "R=" << c.shape.R << " B=" << c.shape.B << " H=" << c.shape.H << " K=" << c.shape.K
+            << " dtype=" << dtype_name(c.dtype) << " x=" << layout_name(c.x_layout)
+            << " grad_x=" << layout_name(c.grad_x_layout);
+}
+
+inline std::string case_name(const BackwardCase& c) {
+  std::ostringstream os;
+  os << "R" << c.shape.R << "_B" << c.shape.B << "_H" << c.shape.H << "_K" << c.shape.K << "_"
+     << dtype_name(c.dtype) << "_x_" << layout_name(c.x_layout) << "_dx_" << layout_name(c.grad_x_layout);
+  return os.str();
+}
+
+// Every shape and dtype with each x layout, each paired with a gradient layout (broadcast rows
+// are no layout for an output: that x's gradient is contiguous).
+template <class Shapes, class Dtypes>
+std::vector<BackwardCase> all_backward_cases(const Shapes& shapes, const Dtypes& dtypes) {
+  using L = BackwardLayout;
+  const std::pair<L, L> pairs[] = {{L::contiguous, L::contiguous},   {L::head_major, L::head_major},
+                                   {L::b_unit, L::strided},          {L::strided, L::b_unit},
+                                   {L::broadcast_rows, L::contiguous}, {L::misaligned, L::misaligned}};
+  std::vector<BackwardCase> cases;
+  for (const Shape& s : shapes)
+    for (DType d : dtypes)
+      for (auto [x, grad_x] : pairs) cases.push_back({s, d, x, grad_x});
+  return cases;
+}
+
+inline HostTensor tensor_in_layout(DType dtype, const Shape& s, BackwardLayout layout) {
+  const auto [R, B, H, K] = s;
+  switch (layout) {
+    case BackwardLayout::contiguous: return HostTensor(dtype, {R, B, H}, {B * H, H, 1});
+    case BackwardLayout::head_major: return HostTensor(dtype, {R, B, H}, {H, R * H, 1});
+    case BackwardLayout::b_unit: return HostTensor(dtype, {R, B, H}, {B * H, 1, B});
+    case BackwardLayout::strided: return HostTensor(dtype, {R, B, H}, {B * (2 * H + 3), 2 * H + 3, 2});
+    case BackwardLayout::broadcast_rows: return HostTensor(dtype, {R, B, H}, {H, 0, 1});
+    case BackwardLayout::misaligned: return HostTensor(dtype, {R, B, H}, {B * H, H, 1}, 1);
+  }
+  return {};
+}
+
+// Inputs seeded, gradients poisoned with NaN (gaps included). Rows of weight, grad_y and the
+// weight gradient are padded where x is strided.
+struct BackwardOperands {
+  HostTensor x, weight, grad_y, grad_x, grad_weight, grad_bias;
+
+  Gradients gradients(bool want_x = true, bool want_weight = true, bool want_bias = true) const {
+    Gradients g;
+    if (want_x) g.x = grad_x.view;
+    if (want_weight) g.weight = grad_weight.view;
+    if (want_bias) g.bias = grad_bias.view;
+    return g;
+  }
+};
+
+inline BackwardOperands make_backward_operands(const BackwardCase& c, std::uint32_t seed) {
+  const auto [R, B, H, K] = c.shape;
+  const std::int64_t RH = R * H;
+  const std::int64_t offset = c.x_layout == BackwardLayout::misaligned ? 1 : 0;
+  const std::int64_t pad = c.x_layout == BackwardLayout::strided ? 3 : 0;
+  BackwardOperands o;
+  o.x = tensor_in_layout(c.dtype, c.shape, c.x_layout);
+  o.weight = HostTensor(c.dtype, {K, RH}, {RH + pad, 1}, offset);
+  o.grad_y = HostTensor(c.dtype, {B, K}, {K + pad, 1}, offset);
+  o.grad_x = tensor_in_layout(c.dtype, c.shape, c.grad_x_layout);
+  o.grad_weight = HostTensor(c.dtype, {K, RH}, {RH + pad, 1}, offset);
+  o.grad_bias = contiguous_tensor(c.dtype, {K}, offset);
+  o.x.fill_uniform(seed);
+  o.weight.fill_uniform(seed + 1);
+  o.grad_y.fill_uniform(seed + 2);
+  o.grad_x.fill_nan();
+  o.grad_weight.fill_nan();
+  o.grad_bias.fill_nan();
+  return o;
+}
+
+// max |t - ref| / max |ref| over a view of any rank (ref row-major over the view's sizes); NaN if
+// any element is NaN.
+inline double relative_error_of_view(const HostTensor& t, const std::vector<double>& ref) {
+  const TensorView& v = t.view;
+  double max_err = 0, max_ref = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    std::int64_t rest = static_cast<std::int64_t>(i), element = t.offset;
+    for (int d = v.rank - 1; d >= 0; --d) {
+      element += (rest % v.size(d)) * v.stride(d);
+      rest /= v.size(d);
+    }
+    const double e = std::abs(t.get(static_cast<std::size_t>(element)) - ref[i]);
+    if (std::isnan(e)) return std::numeric_limits<double>::quiet_NaN();
+    max_err = std::max(max_err, e);
+    max_ref = std::max(max_ref, std::abs(ref[i]));
+  }
+  return max_ref > 0 ? max_err / max_ref : max_err;
+}
+
+// Storage elements outside the view still hold their NaN poison.
+inline bool view_gaps_untouched(const HostTensor& t) {
+  const TensorView& v = t.view;
+  std::int64_t n = 1;
+  for (int d = 0; d < v.rank; ++d) n *= v.size(d);
+  std::vector<bool> in_view(t.elements(), false);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t rest = i, element = t.offset;
+    for (int d = v.rank - 1; d >= 0; --d) {
+      element += (rest % v.size(d)) * v.stride(d);
+      rest /= v.size(d);
+    }
+    in_view[static_cast<std::size_t>(element)] = true;
+  }
+  for (std::size_t i = 0; i < in_view.size(); ++i)
+    if (!in_view[i] && !std::isnan(t.get(i))) return false;
+  return true;
+}
+
+// The tolerance a gradient in `dtype` is held to, relative to its largest exact value: float32
+// and float64 accuracy, or one unit of the 16-bit output's rounding (sums are float32 there).
+inline double backward_tolerance(DType dtype, Fp32Precision precision = Fp32Precision::ieee) {
+  if (dtype == DType::bfloat16) return 0x1p-8;
+  if (dtype == DType::float16) return 0x1p-11;
+  if (dtype == DType::float32 && precision == Fp32Precision::tf32) return 0x1p-8;
+  return exact_tolerance(dtype);
+}
+
+// Checks every gradient of `o` (computed by the caller) against the exact reference.
+inline void expect_gradients_accurate(const BackwardOperands& o, const BackwardCase& c, const std::string& label,
+                                      Fp32Precision precision = Fp32Precision::ieee) {
+  const BackwardProblem p = validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
+  const cpu::ReferenceGradients ref = cpu::reference_backward(p);
+  const double tolerance = backward_tolerance(c.dtype, precision);
+  const struct {
+    const HostTensor& tensor;
+    const std::vector<double>& ref;
+    const char* name;
+  } checks[] = {{o.grad_x, ref.x, "gradients.x"}, {o.grad_weight, ref.weight, "gradients.weight"},
+                {o.grad_bias, ref.bias, "gradients.bias"}};
+  for (const auto& check : checks) {
+    const double err = relative_error_of_view(check.tensor, check.ref);
+    EXPECT_FALSE(std::isnan(err)) << label << " " << c << ": NaN left in " << check.name;
+    EXPECT_LE(err, tolerance) << label << " " << c << ": " << check.name;
+    EXPECT_TRUE(view_gaps_untouched(check.tensor)) << label << " " << c << ": wrote outside " << check.name;
+  }
+}
+
+}  // namespace gather_linear::testing

@@ -1,0 +1,176 @@
+// The CPU backward against the exact reference over shapes, dtypes and layouts of x and of its
+// gradient; partial requests; determinism; and every bad argument named, with nothing written.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backward_support.hpp"
+
+namespace gather_linear {
+namespace {
+
+using namespace gather_linear::testing;
+
+// Edges: unit sizes, odd H, R = 64, reductions (K for gradients.x, B for gradients.weight) past
+// the engine's 256-deep slice and row counts past its tiles, the direct and the packed paths,
+// and every empty dimension (an empty reduction writes zeros).
+const Shape kShapes[] = {
+    {1, 1, 1, 1},    {4, 12, 32, 56}, {1, 7, 5, 3},   {3, 1, 17, 1},    {2, 33, 13, 65}, {64, 5, 3, 7},
+    {5, 97, 31, 37}, {8, 130, 16, 100}, {3, 300, 40, 20}, {2, 40, 30, 300}, {0, 4, 8, 5},  {3, 4, 0, 5},
+    {3, 0, 8, 5},    {3, 4, 8, 0},
+};
+const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16};
+
+class CpuBackwardSweep : public ::testing::TestWithParam<BackwardCase> {};
+
+TEST_P(CpuBackwardSweep, EveryGradient) {
+  const BackwardCase c = GetParam();
+  BackwardOperands o = make_backward_operands(c, 1234);
+  backward(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
+  expect_gradients_accurate(o, c, "cpu");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, CpuBackwardSweep, ::testing::ValuesIn(all_backward_cases(kShapes, kDtypes)),
+                         [](const ::testing::TestParamInfo<BackwardCase>& info) { return case_name(info.param); });
+
+// Large enough for several packed weight blocks and every thread, in each form.
+TEST(CpuBackwardLarge, PackedBlocksAndThreads) {
+  for (auto [x_layout, grad_x_layout] : {std::pair{BackwardLayout::contiguous, BackwardLayout::contiguous},
+                                         std::pair{BackwardLayout::head_major, BackwardLayout::head_major}}) {
+    const BackwardCase c{{4, 300, 64, 700}, DType::float32, x_layout, grad_x_layout};
+    BackwardOperands o = make_backward_operands(c, 7);
+    backward(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
+    expect_gradients_accurate(o, c, "cpu");
+  }
+}
+
+// Only what is asked for is written: the others keep their poison.
+TEST(CpuBackward, WritesOnlyTheRequestedGradients) {
+  const BackwardCase c{{3, 20, 8, 10}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
+  for (int mask = 0; mask < 8; ++mask) {
+    BackwardOperands o = make_backward_operands(c, 11);
+    const bool want_x = mask & 1, want_weight = mask & 2, want_bias = mask & 4;
+    backward(o.grad_y.view, o.x.view, o.weight.view, o.gradients(want_x, want_weight, want_bias));
+    EXPECT_EQ(first_unpoisoned(o.grad_x).has_value(), want_x) << "mask " << mask;
+    EXPECT_EQ(first_unpoisoned(o.grad_weight).has_value(), want_weight) << "mask " << mask;
+    EXPECT_EQ(first_unpoisoned(o.grad_bias).has_value(), want_bias) << "mask " << mask;
+  }
+}
+
+TEST(CpuBackward, SameInputsSameBits) {
+  const BackwardCase c{{8, 200, 64, 300}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
+  BackwardOperands a = make_backward_operands(c, 3), b = make_backward_operands(c, 3);
+  backward(a.grad_y.view, a.x.view, a.weight.view, a.gradients());
+  backward(b.grad_y.view, b.x.view, b.weight.view, b.gradients());
+  EXPECT_EQ(a.grad_x.storage, b.grad_x.storage);
+  EXPECT_EQ(a.grad_weight.storage, b.grad_weight.storage);
+  EXPECT_EQ(a.grad_bias.storage, b.grad_bias.storage);
+}
+
+// ---- errors -------------------------------------------------------------------------------
+
+struct BackwardValidation : ::testing::Test {
+  BackwardOperands o = make_backward_operands(
+      {{2, 3, 4, 5}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous}, 1);
+  TensorView grad_y = o.grad_y.view, x = o.x.view, weight = o.weight.view;
+  Gradients gradients = o.gradients();
+  Options options;
+
+  void expect_error(const std::string& argument, const std::string& fragment,
+                    ErrorCode code = ErrorCode::invalid_argument) {
+    try {
+      backward(grad_y, x, weight, gradients, options);
+      FAIL() << "expected an error for " << argument;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+          << "message '" << e.what() << "' lacks '" << fragment << "'";
+    }
+    EXPECT_EQ(first_unpoisoned(o.grad_x), std::nullopt) << "gradients.x was written";
+    EXPECT_EQ(first_unpoisoned(o.grad_weight), std::nullopt) << "gradients.weight was written";
+    EXPECT_EQ(first_unpoisoned(o.grad_bias), std::nullopt) << "gradients.bias was written";
+  }
+};
+
+TEST_F(BackwardValidation, GradYShapeDtypeAndStrides) {
+  grad_y.sizes[0] = 4;
+  expect_error("grad_y", "expected size(0) == B = 3 (x.size(1)), got 4");
+  grad_y = o.grad_y.view;
+  grad_y.sizes[1] = 6;
+  expect_error("grad_y", "expected size(1) == K = 5 (weight.size(0)), got 6");
+  grad_y = o.grad_y.view;
+  grad_y.dtype = DType::float16;
+  expect_error("grad_y", "expected dtype float32 (the dtype of x), got float16");
+  grad_y = o.grad_y.view;
+  grad_y.strides[1] = 2;
+  expect_error("grad_y", "expected unit inner stride");
+  grad_y = o.grad_y.view;
+  grad_y.strides[0] = 4;
+  expect_error("grad_y", "expected stride(0) >= K = 5, got stride(0) = 4");
+  grad_y = o.grad_y.view;
+  grad_y.rank = 3;
+  expect_error("grad_y", "expected rank 2 (B, K), got rank 3");
+}
+
+TEST_F(BackwardValidation, InputsAsForwardChecksThem) {
+  weight.sizes[1] = 7;
+  expect_error("weight", "expected size(1) == R*H = 2*4 = 8, got 7");
+  weight = o.weight.view;
+  x.dtype = DType::int32;
+  expect_error("x", "unsupported dtype int32", ErrorCode::unsupported);
+}
+
+TEST_F(BackwardValidation, GradientShapesAndLayouts) {
+  gradients.x->sizes[2] = 3;
+  expect_error("gradients.x", "expected size(2) == 4 (the size of x), got 3");
+  gradients = o.gradients();
+  gradients.x->strides[1] = 0;
+  expect_error("gradients.x", "elements overlap");
+  gradients = o.gradients();
+  gradients.x->strides = {4, 4, 1};  // the rows of b land on the slices of r
+  expect_error("gradients.x", "elements overlap");
+  gradients = o.gradients();
+  gradients.weight->strides[1] = 2;
+  expect_error("gradients.weight", "expected unit inner stride");
+  gradients = o.gradients();
+  gradients.weight->strides[0] = 7;
+  expect_error("gradients.weight", "rows overlap: expected stride(0) >= R*H = 8, got stride(0) = 7");
+  gradients = o.gradients();
+  gradients.bias->sizes[0] = 4;
+  expect_error("gradients.bias", "expected size(0) == 5 (weight.size(0)), got 4");
+  gradients = o.gradients();
+  gradients.bias->strides[0] = 2;
+  expect_error("gradients.bias", "expected a contiguous tensor");
+  gradients = o.gradients();
+  gradients.weight->dtype = DType::float64;
+  expect_error("gradients.weight", "expected dtype float32 (the dtype of x), got float64");
+  gradients = o.gradients();
+  gradients.bias->device = Device::cuda(0);
+  expect_error("gradients.bias", "expected device cpu (the device of x), got cuda:0");
+}
+
+TEST_F(BackwardValidation, GradientsShareNoMemory) {
+  gradients.x->data = x.data;
+  expect_error("gradients.x", "overlaps x");
+  gradients = o.gradients();
+  gradients.weight->data = grad_y.data;
+  expect_error("gradients.weight", "overlaps grad_y");
+  gradients = o.gradients();
+  gradients.bias->data = gradients.weight->data;
+  expect_error("gradients.bias", "overlaps gradients.weight: an output must not share memory with another output");
+}
+
+TEST_F(BackwardValidation, KernelCannotBeForced) {
+  options.kernel = "cpu_reference";
+  expect_error("options.kernel", "backward() chooses its own kernels", ErrorCode::unsupported);
+}
+
+TEST_F(BackwardValidation, WorkspaceBytesValidatesToo) {
+  EXPECT_EQ(backward_workspace_bytes(grad_y, x, weight, gradients), 0u);  // none on the CPU
+  grad_y.sizes[0] = 4;
+  EXPECT_THROW(backward_workspace_bytes(grad_y, x, weight, gradients), Error);
+}
+
+}  // namespace
+}  // namespace gather_linear

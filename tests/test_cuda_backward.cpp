@@ -1,0 +1,225 @@
+// The CUDA backward against the exact reference: every form of its GEMMs (slices side by side, a
+// unit stride in h or in b, a staged gradient, a concatenated x, a copied weight), the bias
+// gradient's one- and two-pass sums, TF32, graph capture with new inputs, determinism, and the
+// device-specific errors. Gradients are NaN-poisoned first.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backward_support.hpp"
+#include "cuda_test_support.hpp"
+
+namespace gather_linear {
+namespace {
+
+using namespace gather_linear::testing;
+
+// Device mirrors of BackwardOperands.
+struct DeviceBackwardOperands {
+  DeviceTensor x, weight, grad_y, grad_x, grad_weight, grad_bias;
+
+  explicit DeviceBackwardOperands(const BackwardOperands& o)
+      : x(o.x), weight(o.weight), grad_y(o.grad_y), grad_x(o.grad_x), grad_weight(o.grad_weight),
+        grad_bias(o.grad_bias) {}
+  Gradients gradients(bool want_x = true, bool want_weight = true, bool want_bias = true) const {
+    Gradients g;
+    if (want_x) g.x = grad_x.view();
+    if (want_weight) g.weight = grad_weight.view();
+    if (want_bias) g.bias = grad_bias.view();
+    return g;
+  }
+  void backward(const Options& options = {}, CudaStream stream = nullptr) const {
+    gather_linear::backward(grad_y.view(), x.view(), weight.view(), gradients(), options, stream);
+  }
+  void download(BackwardOperands& o) const {
+    grad_x.download(o.grad_x);
+    grad_weight.download(o.grad_weight);
+    grad_bias.download(o.grad_bias);
+  }
+};
+
+class CudaBackwardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// Runs the backward on fresh operands and checks it.
+void expect_backward_accurate(const BackwardCase& c, const Options& options = {}, std::uint32_t seed = 1234) {
+  BackwardOperands o = make_backward_operands(c, seed);
+  DeviceBackwardOperands d(o);
+  d.backward(options);
+  const cudaError_t status = cudaDeviceSynchronize();
+  ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << c;
+  d.download(o);
+  expect_gradients_accurate(o, c, "cuda", options.fp32_precision);
+}
+
+// The CPU sweep's edges, plus rows past the bias sum's 256-row split and tile-sized shapes.
+const Shape kShapes[] = {
+    {1, 1, 1, 1},      {4, 12, 32, 56},   {1, 7, 5, 3},     {3, 1, 17, 1},   {2, 33, 13, 65},
+    {64, 5, 3, 7},     {5, 97, 31, 37},   {8, 130, 16, 100}, {3, 300, 40, 20}, {2, 40, 30, 300},
+    {0, 4, 8, 5},      {3, 4, 0, 5},      {3, 0, 8, 5},     {3, 4, 8, 0},    {2, 257, 8, 65},
+    {4, 513, 64, 128}, {3, 128, 16, 128},
+};
+const DType kDtypes[] = {DType::float32, DType::float16, DType::bfloat16};
+
+class CudaBackwardSweep : public CudaBackwardTest, public ::testing::WithParamInterface<BackwardCase> {};
+
+TEST_P(CudaBackwardSweep, EveryGradient) { expect_backward_accurate(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Sweep, CudaBackwardSweep, ::testing::ValuesIn(all_backward_cases(kShapes, kDtypes)),
+                         [](const ::testing::TestParamInfo<BackwardCase>& info) { return case_name(info.param); });
+
+// H < 128 with K > 2048 concatenates x rather than running R GEMMs; large shapes in every form.
+TEST_F(CudaBackwardTest, LargeShapesAndTheConcatenatedForm) {
+  const Shape shapes[] = {{4, 64, 16, 2112}, {8, 1024, 128, 1024}, {2, 4096, 64, 256}};
+  for (const Shape& s : shapes)
+    for (DType dtype : {DType::float32, DType::bfloat16})
+      for (auto layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::b_unit})
+        expect_backward_accurate({s, dtype, layout, layout});
+}
+
+TEST_F(CudaBackwardTest, Tf32WhenAllowed) {
+  Options tf32;
+  tf32.fp32_precision = Fp32Precision::tf32;
+  for (auto layout : {BackwardLayout::contiguous, BackwardLayout::head_major})
+    expect_backward_accurate({{8, 512, 64, 512}, DType::float32, layout, layout}, tf32);
+}
+
+// Weight rows that overlap (stride 0: one row shared by every k) are read through a copy.
+TEST_F(CudaBackwardTest, OverlappingWeightRows) {
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    const BackwardCase c{{3, 40, 8, 20}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
+    BackwardOperands o = make_backward_operands(c, 5);
+    o.weight = HostTensor(dtype, {20, 24}, {0, 1});
+    o.weight.fill_uniform(9);
+    DeviceBackwardOperands d(o);
+    d.backward();
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    d.download(o);
+    expect_gradients_accurate(o, c, "cuda, weight rows with stride 0");
+  }
+}
+
+TEST_F(CudaBackwardTest, WritesOnlyTheRequestedGradients) {
+  const BackwardCase c{{3, 20, 8, 10}, DType::bfloat16, BackwardLayout::contiguous, BackwardLayout::contiguous};
+  for (int mask = 0; mask < 8; ++mask) {
+    BackwardOperands o = make_backward_operands(c, 11);
+    DeviceBackwardOperands d(o);
+    const bool want_x = mask & 1, want_weight = mask & 2, want_bias = mask & 4;
+    gather_linear::backward(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients(want_x, want_weight, want_bias));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    d.download(o);
+    EXPECT_EQ(first_unpoisoned(o.grad_x).has_value(), want_x) << "mask " << mask;
+    EXPECT_EQ(first_unpoisoned(o.grad_weight).has_value(), want_weight) << "mask " << mask;
+    EXPECT_EQ(first_unpoisoned(o.grad_bias).has_value(), want_bias) << "mask " << mask;
+  }
+}
+
+// Only the bias gradient: no cuBLAS, so racecheck sees the column sums alone.
+TEST_F(CudaBackwardTest, BiasGradientAlone) {
+  for (std::int64_t B : {1, 255, 256, 257, 3000}) {
+    const BackwardCase c{{2, B, 4, 130}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
+    BackwardOperands o = make_backward_operands(c, 2);
+    DeviceBackwardOperands d(o);
+    gather_linear::backward(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients(false, false, true));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    d.download(o);
+    const BackwardProblem p = validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
+    EXPECT_LE(relative_error_of_view(o.grad_bias, cpu::reference_backward(p).bias), 1e-5) << "B = " << B;
+  }
+}
+
+TEST_F(CudaBackwardTest, DeterministicBits) {
+  const BackwardCase c{{8, 3000, 64, 300}, DType::bfloat16, BackwardLayout::contiguous, BackwardLayout::contiguous};
+  BackwardOperands a = make_backward_operands(c, 3), b = make_backward_operands(c, 3);
+  DeviceBackwardOperands da(a), db(b);
+  da.backward();
+  db.backward();
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  da.download(a);
+  db.download(b);
+  EXPECT_EQ(a.grad_x.storage, b.grad_x.storage);
+  EXPECT_EQ(a.grad_weight.storage, b.grad_weight.storage);
+  EXPECT_EQ(a.grad_bias.storage, b.grad_bias.storage);
+}
+
+// Captured with a caller's workspace (global capture mode: a stray default-stream launch fails),
+// then replayed on new inputs with the gradients poisoned again.
+TEST_F(CudaBackwardTest, GraphCaptureReplaysWithNewInputs) {
+  cudaStream_t stream;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const BackwardCase& c :
+       {BackwardCase{{4, 600, 32, 56}, DType::float32, BackwardLayout::contiguous, BackwardLayout::strided},
+        BackwardCase{{4, 64, 16, 2112}, DType::bfloat16, BackwardLayout::strided, BackwardLayout::contiguous}}) {
+    BackwardOperands o = make_backward_operands(c, 7);
+    DeviceBackwardOperands d(o);
+    Options options;
+    const std::size_t bytes =
+        backward_workspace_bytes(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients(), options);
+    EXPECT_GT(bytes, 0u) << c;
+    DeviceBuffer workspace(bytes);
+    options.workspace = {workspace.data(), bytes};
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    d.backward(options, stream);
+    CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+    CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+    for (std::uint32_t trial = 0; trial < 3; ++trial) {
+      BackwardOperands fresh = make_backward_operands(c, 100 + trial);
+      d.x.upload(fresh.x);
+      d.weight.upload(fresh.weight);
+      d.grad_y.upload(fresh.grad_y);
+      d.grad_x.upload(fresh.grad_x);
+      d.grad_weight.upload(fresh.grad_weight);
+      d.grad_bias.upload(fresh.grad_bias);
+      CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+      CUDA_ASSERT(cudaStreamSynchronize(stream));
+      d.download(fresh);
+      expect_gradients_accurate(fresh, c, "graph replay " + std::to_string(trial));
+    }
+    CUDA_ASSERT(cudaGraphExecDestroy(exec));
+    CUDA_ASSERT(cudaGraphDestroy(graph));
+  }
+  CUDA_ASSERT(cudaStreamDestroy(stream));
+}
+
+TEST_F(CudaBackwardTest, DeviceErrorsWriteNothing) {
+  const BackwardCase c{{2, 3, 4, 5}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
+  BackwardOperands o = make_backward_operands(c, 1);
+  DeviceBackwardOperands d(o);
+  const auto expect_error = [&](const TensorView& grad_y, Gradients gradients, const Options& options,
+                                const std::string& argument, const std::string& fragment) {
+    try {
+      gather_linear::backward(grad_y, d.x.view(), d.weight.view(), gradients, options);
+      ADD_FAILURE() << "expected an error for " << argument;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+    BackwardOperands after = make_backward_operands(c, 1);
+    d.download(after);
+    EXPECT_EQ(first_unpoisoned(after.grad_x), std::nullopt) << argument;
+    EXPECT_EQ(first_unpoisoned(after.grad_weight), std::nullopt) << argument;
+    EXPECT_EQ(first_unpoisoned(after.grad_bias), std::nullopt) << argument;
+  };
+  // Host memory labelled as CUDA.
+  Gradients host_bias = d.gradients();
+  host_bias.bias->data = o.grad_bias.view.data;
+  expect_error(d.grad_y.view(), host_bias, {}, "gradients.bias", "got host memory");
+  TensorView host_grad_y = d.grad_y.view();
+  host_grad_y.data = o.grad_y.view.data;
+  expect_error(host_grad_y, d.gradients(), {}, "grad_y", "got host memory");
+  // A caller's workspace that is too small.
+  DeviceBuffer small(256);
+  Options options;
+  options.workspace = {small.data(), 256};
+  expect_error(d.grad_y.view(), d.gradients(), options, "options.workspace", "expected at least");
+}
+
+}  // namespace
+}  // namespace gather_linear
