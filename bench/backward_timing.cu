@@ -2,7 +2,8 @@
 // concatenated beforehand: gradients.x as one (B, R*H) GEMM and gradients.weight as one GEMM on
 // the concatenation, the floor a backward that had the concatenation for free would reach. The
 // library writes gradients.x in x's own layout and reads x in place. One CSV row per shape and
-// layout; the backward's results are checked against the comparator's before timing.
+// layout: all three gradients, the two GEMM gradients, and each alone against its GEMM; the
+// backward's results are checked against the comparator's before timing.
 // Times: median per backward over CUDA-graph replays, the candidates interleaved, input sets
 // rotated past L2.
 //
@@ -124,13 +125,15 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
   const auto library = [&](const Gradients& g) {
     return [&, g](int set) { backward(in[set].grad_y, in[set].x, in[set].weight, g, options, stream); };
   };
-  const auto gemm_only = [&](int set) {
+  const auto gemm_dx = [&](int set) {
     cuda::StridedBatchedGemm dx;  // (R*H x B) = W^T (R*H x K) * grad_y^T (K x B)
     dx.dtype = dtype, dx.m = RH, dx.n = s.B, dx.k = s.K;
     dx.a = {in[set].weight.data, false, RH, 0};
     dx.b = {in[set].grad_y.data, false, s.K, 0};
     dx.d = cat_grad_x, dx.ldd = RH;
     cuda::run_gemm(dx, 0, gemm_scratch, stream);
+  };
+  const auto gemm_dw = [&](int set) {
     cuda::StridedBatchedGemm dw;  // (R*H x K) = cat^T (R*H x B) * grad_y (B x K)
     dw.dtype = dtype, dw.m = RH, dw.n = s.K, dw.k = s.B;
     dw.a = {cat, false, RH, 0};
@@ -138,6 +141,13 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
     dw.d = gemm_grad_w, dw.ldd = RH;
     cuda::run_gemm(dw, 0, gemm_scratch, stream);
   };
+  const auto gemm_only = [&](int set) {
+    gemm_dx(set);
+    gemm_dw(set);
+  };
+  Gradients x_only, weight_only;
+  x_only.x = all.x;
+  weight_only.weight = all.weight;
 
   // The library's results against the comparator's (set 0; dX indexed into the (B, R*H) layout).
   library(all)(0);
@@ -158,11 +168,15 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
 
   const double flops = 4.0 * s.B * s.K * RH;
   const int repeats = static_cast<int>(std::clamp(4e10 / flops, 10.0, 200.0));
-  const auto t = timing::time_gpu_interleaved({library(all), library(no_bias), gemm_only}, sets, repeats, stream);
-  std::printf("%lld,%lld,%lld,%lld,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.2e,%.2e\n", (long long)s.R, (long long)s.B,
-              (long long)s.H, (long long)s.K, std::string(dtype_name(dtype)).c_str(),
+  const auto t = timing::time_gpu_interleaved(
+      {library(all), library(no_bias), gemm_only, library(x_only), gemm_dx, library(weight_only), gemm_dw}, sets,
+      repeats, stream);
+  std::printf("%lld,%lld,%lld,%lld,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2e,%.2e\n",
+              (long long)s.R, (long long)s.B, (long long)s.H, (long long)s.K, std::string(dtype_name(dtype)).c_str(),
               head_major ? "head-major" : "contiguous", t[0].graph_us, t[1].graph_us, t[2].graph_us,
-              t[1].graph_us / t[2].graph_us, flops / t[1].graph_us / 1e6, dx_err, dw_err);
+              t[1].graph_us / t[2].graph_us, flops / t[1].graph_us / 1e6, t[3].graph_us, t[4].graph_us,
+              t[3].graph_us / t[4].graph_us, t[5].graph_us, t[6].graph_us, t[5].graph_us / t[6].graph_us, dx_err,
+              dw_err);
   std::fflush(stdout);
 }
 
@@ -175,7 +189,8 @@ int main() {
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::printf("R,B,H,K,dtype,x_layout,backward_us,backward_no_bias_us,gemm_only_us,"
-              "no_bias_over_gemm_only,no_bias_tflops,dx_disagreement,dw_disagreement\n");
+              "no_bias_over_gemm_only,no_bias_tflops,dx_us,gemm_dx_us,dx_over_gemm,dw_us,gemm_dw_us,dw_over_gemm,"
+              "dx_disagreement,dw_disagreement\n");
   const Shape shapes[] = {{4, 12, 32, 56},      {8, 1024, 128, 1024}, {26, 4096, 64, 1024}, {16, 4096, 32, 2048},
                           {4, 16384, 64, 1024}, {4, 4096, 256, 4096}, {32, 8192, 128, 4096}, {8, 8192, 512, 4096},
                           {4, 16384, 64, 8192}};

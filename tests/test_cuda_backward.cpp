@@ -62,7 +62,7 @@ const Shape kShapes[] = {
     {1, 1, 1, 1},      {4, 12, 32, 56},   {1, 7, 5, 3},     {3, 1, 17, 1},   {2, 33, 13, 65},
     {64, 5, 3, 7},     {5, 97, 31, 37},   {8, 130, 16, 100}, {3, 300, 40, 20}, {2, 40, 30, 300},
     {0, 4, 8, 5},      {3, 4, 0, 5},      {3, 0, 8, 5},     {3, 4, 8, 0},    {2, 257, 8, 65},
-    {4, 513, 64, 128}, {3, 128, 16, 128},
+    {4, 513, 64, 128}, {3, 128, 16, 128}, {2, 33, 130, 20},  // the last: slices batched over r
 };
 const DType kDtypes[] = {DType::float32, DType::float16, DType::bfloat16};
 
@@ -73,9 +73,10 @@ TEST_P(CudaBackwardSweep, EveryGradient) { expect_backward_accurate(GetParam());
 INSTANTIATE_TEST_SUITE_P(Sweep, CudaBackwardSweep, ::testing::ValuesIn(all_backward_cases(kShapes, kDtypes)),
                          [](const ::testing::TestParamInfo<BackwardCase>& info) { return case_name(info.param); });
 
-// H < 128 with K > 2048 concatenates x rather than running R GEMMs; large shapes in every form.
+// Narrow slices of a large x (here 2^20 elements) concatenate x and split gradients.x rather than
+// running R GEMMs; large shapes in every form.
 TEST_F(CudaBackwardTest, LargeShapesAndTheConcatenatedForm) {
-  const Shape shapes[] = {{4, 64, 16, 2112}, {8, 1024, 128, 1024}, {2, 4096, 64, 256}};
+  const Shape shapes[] = {{4, 4096, 64, 64}, {8, 1024, 128, 1024}, {2, 4096, 64, 256}};
   for (const Shape& s : shapes)
     for (DType dtype : {DType::float32, DType::bfloat16})
       for (auto layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::b_unit})
@@ -154,7 +155,7 @@ TEST_F(CudaBackwardTest, GraphCaptureReplaysWithNewInputs) {
   CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (const BackwardCase& c :
        {BackwardCase{{4, 600, 32, 56}, DType::float32, BackwardLayout::contiguous, BackwardLayout::strided},
-        BackwardCase{{4, 64, 16, 2112}, DType::bfloat16, BackwardLayout::strided, BackwardLayout::contiguous}}) {
+        BackwardCase{{4, 4096, 64, 64}, DType::bfloat16, BackwardLayout::contiguous, BackwardLayout::contiguous}}) {
     BackwardOperands o = make_backward_operands(c, 7);
     DeviceBackwardOperands d(o);
     Options options;

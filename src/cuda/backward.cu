@@ -1,12 +1,13 @@
-// The CUDA backward: each gradient GEMM is one cuBLASLt call, batched over the slices r where
-// they do not sit side by side, reading x and writing gradients.x in their own layouts:
-//   gradients.x[r]^T (H x B)                = W[:, r*H : r*H + H]^T (H x K) * grad_y^T (K x B)
+// The CUDA backward: each gradient GEMM is one cuBLASLt call, reading x and writing gradients.x
+// in their own layouts where it can (column-major, cuBLAS's convention, in which a row-major
+// (rows, cols) matrix is its transpose):
+//   gradients.x[r]^T (H x B)                     = W[:, r*H : r*H + H]^T (H x K) * grad_y^T (K x B)
 //   gradients.weight[:, r*H : r*H + H]^T (H x K) = x[r]^T (H x B) * grad_y (B x K)
-// (column-major, cuBLAS's convention, in which a row-major (rows, cols) matrix is its transpose).
 // Where the slices sit side by side (a head-major x, or its gradient) one GEMM covers them all.
-// x is concatenated first only where no unit stride allows a GEMM to read it, or where R GEMMs
-// of a short H and a wide K measured slower than one on a concatenation (H200, PERFORMANCE.md).
-// gradients.x without a unit stride in h or b is computed contiguous, then copied into place.
+// Otherwise the slices run as one GEMM batched over r, except where they are narrow and x is
+// large (slices_lose), or the layout is one no GEMM can address: those take one GEMM on a
+// concatenation of x (the weight's gradient), or one GEMM into a (B, R*H) scratch that is then
+// split into gradients.x.
 // The bias gradient sums grad_y's rows in a fixed order: split into blocks of rows, then the
 // blocks' partial sums in order, so the result does not depend on scheduling.
 #include <algorithm>
@@ -47,6 +48,22 @@ __global__ void copy_kernel(const T* __restrict__ in, Strided3d in_view, T* __re
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < out_view.elements();
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     out[out_view.offset(i)] = in[in_view.offset(i)];
+}
+
+// Row b of a (B, R*H) matrix into gradients.x[:, b, :]: VEC elements (16 bytes) at a time where
+// h has a unit stride and every slice starts on a 16-byte boundary, else one at a time.
+template <class T, int VEC>
+__global__ void split_kernel(const T* __restrict__ in, std::int64_t B, std::int64_t H, std::int64_t RH,
+                             T* __restrict__ out, std::int64_t stride_r, std::int64_t stride_b, std::int64_t stride_h) {
+  const std::int64_t groups = B * RH / VEC;
+  for (std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t e = g * VEC, b = e / RH, c = e - b * RH, r = c / H, h = c - r * H;
+    if constexpr (VEC == 1)
+      out[r * stride_r + b * stride_b + h * stride_h] = in[e];
+    else
+      *reinterpret_cast<uint4*>(out + r * stride_r + b * stride_b + h) = *reinterpret_cast<const uint4*>(in + e);
+  }
 }
 
 constexpr int kSumColumns = 64;      // columns per block, one per thread of a row lane
@@ -107,12 +124,15 @@ void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, cons
 
 // ---- the plan: which form each gradient takes, and the scratch it needs ---------------------
 
-enum class InputGradientForm { zero, side_by_side, slices_h_unit, slices_b_unit, staged };
+enum class InputGradientForm { zero, side_by_side, slices_h_unit, slices_b_unit, split };
 enum class WeightGradientForm { zero, side_by_side, concatenated, slices_h_unit, slices_b_unit };
 
-// R GEMMs of a short H and a wide K lost to one GEMM on a concatenation (H200, bfloat16:
-// bench/results/backward_variants_h200.csv).
-bool slices_lose(const Problem& f) { return f.H < 128 && f.K > 2048; }
+// R batched GEMMs of slices narrower than 128 (one tile) lost to one GEMM plus a copy of x or of
+// its gradient wherever x held 2M elements or more (1.11-2.16x GEMM-only against 1.03-1.41x); on
+// the seed problem (1536) the copy's extra launch lost instead (1.59x against 0.99x). H200,
+// bench/results/backward_timing_h200*.csv; the crossover in between was not measured.
+constexpr std::int64_t kCopyPaysFromElements = std::int64_t{1} << 20;
+bool slices_lose(const Problem& f) { return f.H < 128 && f.B * f.RH >= kCopyPaysFromElements; }
 
 InputGradientForm input_gradient_form(const BackwardProblem& p) {
   const Problem& f = p.forward;
@@ -120,9 +140,10 @@ InputGradientForm input_gradient_form(const BackwardProblem& p) {
   const bool h_unit = f.H == 1 || p.grad_x_stride_h == 1;
   // Distinct elements (validated) put a unit-stride h's neighbours, b or r, at least H apart.
   if (h_unit && (f.R == 1 || p.grad_x_stride_r == f.H)) return InputGradientForm::side_by_side;
+  if (slices_lose(f)) return InputGradientForm::split;
   if (h_unit) return InputGradientForm::slices_h_unit;
   if (f.B == 1 || p.grad_x_stride_b == 1) return InputGradientForm::slices_b_unit;
-  return InputGradientForm::staged;
+  return InputGradientForm::split;
 }
 
 WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
@@ -146,11 +167,11 @@ std::int64_t column_sum_splits(const Problem& f) { return (f.B + kSumRows - 1) /
 
 std::size_t round_up_to_256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Scratch: cuBLASLt's, then x's concatenation, then the staged gradients.x, then the weight's
-// copy, then the partial column sums, each on a 256-byte boundary; only the parts this problem
-// uses.
+// Scratch: cuBLASLt's, then x's concatenation, then gradients.x as one (B, R*H) matrix before
+// its split, then the weight's copy, then the partial column sums, each on a 256-byte boundary;
+// only the parts this problem uses.
 struct ScratchLayout {
-  std::size_t concatenation = 0, staged = 0, weight_copy = 0, partial = 0, total = 0;
+  std::size_t concatenation = 0, unsplit = 0, weight_copy = 0, partial = 0, total = 0;
 };
 
 ScratchLayout scratch_layout(const BackwardProblem& p) {
@@ -163,8 +184,8 @@ ScratchLayout scratch_layout(const BackwardProblem& p) {
   s.concatenation = at;
   if (p.grad_weight != nullptr && weight_gradient_form(p) == WeightGradientForm::concatenated)
     at += round_up_to_256(static_cast<std::size_t>(f.B * f.RH) * element);
-  s.staged = at;
-  if (p.grad_x != nullptr && input_gradient_form(p) == InputGradientForm::staged)
+  s.unsplit = at;
+  if (p.grad_x != nullptr && input_gradient_form(p) == InputGradientForm::split)
     at += round_up_to_256(static_cast<std::size_t>(f.R * f.B * f.H) * element);
   s.weight_copy = at;
   if (input_gemm && weight_needs_copy(f)) at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
@@ -198,24 +219,21 @@ void input_gradient(const BackwardProblem& p, bool tf32, std::byte* scratch, con
   g.tf32 = tf32;
   g.k = f.K;
   const GemmOperand grad_y{p.grad_y, false, p.grad_y_stride_b, 0};  // K x B
-  void* out = form == InputGradientForm::staged ? scratch + layout.staged : p.grad_x;
+  void* out = form == InputGradientForm::split ? scratch + layout.unsplit : p.grad_x;
   switch (form) {
-    case InputGradientForm::side_by_side:  // (R*H x B) = W^T (R*H x K) * grad_y^T
+    case InputGradientForm::side_by_side:
+    case InputGradientForm::split:  // (R*H x B) = W^T (R*H x K) * grad_y^T
       g.m = f.RH, g.n = f.B;
       g.a = {weight, false, ldw, 0};
       g.b = grad_y;
-      g.d = out, g.ldd = f.B == 1 ? f.RH : p.grad_x_stride_b;
+      g.d = out;
+      g.ldd = form == InputGradientForm::split || f.B == 1 ? f.RH : p.grad_x_stride_b;
       break;
-    case InputGradientForm::slices_h_unit:
-    case InputGradientForm::staged:  // per r: (H x B) = W_r^T (H x K) * grad_y^T
+    case InputGradientForm::slices_h_unit:  // per r: (H x B) = W_r^T (H x K) * grad_y^T
       g.m = f.H, g.n = f.B, g.batch = f.R;
       g.a = {weight, false, ldw, f.H};
       g.b = grad_y;
-      g.d = out;
-      if (form == InputGradientForm::staged)
-        g.ldd = f.H, g.batch_stride_d = f.B * f.H;
-      else
-        g.ldd = f.B == 1 ? f.H : p.grad_x_stride_b, g.batch_stride_d = p.grad_x_stride_r;
+      g.d = out, g.ldd = f.B == 1 ? f.H : p.grad_x_stride_b, g.batch_stride_d = p.grad_x_stride_r;
       break;
     case InputGradientForm::slices_b_unit:  // per r: (B x H) = grad_y (B x K) * W_r (K x H)
       g.m = f.B, g.n = f.H, g.batch = f.R;
@@ -226,9 +244,23 @@ void input_gradient(const BackwardProblem& p, bool tf32, std::byte* scratch, con
     case InputGradientForm::zero: break;
   }
   run_gemm(g, f.device.index, scratch, stream);
-  if (form == InputGradientForm::staged)
-    copy(out, {f.R, f.B, f.H, f.B * f.H, f.H, 1}, p.grad_x,
-         {f.R, f.B, f.H, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h}, f, stream);
+  if (form == InputGradientForm::split)
+    visit_device_dtype(f.dtype, [&]<class T>() {
+      constexpr int kVec = kVec16<T>;
+      const auto divisible = [](std::int64_t stride, std::int64_t extent) { return extent <= 1 || stride % kVec == 0; };
+      const bool vectorizable = f.H % kVec == 0 && (f.H == 1 || p.grad_x_stride_h == 1) &&
+                                divisible(p.grad_x_stride_r, f.R) && divisible(p.grad_x_stride_b, f.B) &&
+                                aligned_to(p.grad_x, 16);
+      const auto* in = static_cast<const T*>(out);
+      auto* grad_x = static_cast<T*>(p.grad_x);
+      if (vectorizable)
+        split_kernel<T, kVec><<<grid_for(f.B * f.RH / kVec, f.device.index), 256, 0, stream>>>(
+            in, f.B, f.H, f.RH, grad_x, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h);
+      else
+        split_kernel<T, 1><<<grid_for(f.B * f.RH, f.device.index), 256, 0, stream>>>(
+            in, f.B, f.H, f.RH, grad_x, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h);
+      check_launch("split_kernel");
+    });
 }
 
 void weight_gradient(const BackwardProblem& p, bool tf32, std::byte* scratch, const ScratchLayout& layout,
