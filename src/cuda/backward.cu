@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/kernel_registry.hpp"
 #include "cuda/cublaslt_matmul.hpp"
@@ -327,6 +328,14 @@ void bias_gradient(const BackwardProblem& p, std::byte* scratch, const ScratchLa
 std::size_t backward_workspace_bytes(const BackwardProblem& p) { return scratch_layout(p).total; }
 
 void run_backward(const BackwardProblem& p, const Options& options, Workspace workspace, CudaStream stream) {
+  // cuBLASLt's extents are 32-bit: refused here, before anything is enqueued, rather than by a
+  // GEMM after another gradient has been written.
+  constexpr std::int64_t kMaxExtent = 0x7fffffff;
+  const Problem& f = p.forward;
+  if (std::max({f.B, f.K, f.RH}) > kMaxExtent)
+    throw Error(ErrorCode::unsupported, "x",
+                "the CUDA backward needs B, K and R*H below 2^31, got B = " + std::to_string(f.B) +
+                    ", K = " + std::to_string(f.K) + ", R*H = " + std::to_string(f.RH));
   const bool tf32 = options.fp32_precision == Fp32Precision::tf32;
   const ScratchLayout layout = scratch_layout(p);
   auto* scratch = static_cast<std::byte*>(workspace.data);
