@@ -1,10 +1,11 @@
 // The CPU backward. Both gradient GEMMs are phrased as problems of the forward's form, over
 // transposed views, so that the SIMD engine computes them (it gathers whatever it packs):
-//   gradients.x[r]  (B, H)  = grad_y (B, K) * W[:, r*H : r*H + H]        (reduction over k)
+//   gradients.x as (B, R*H) = grad_y (B, K) * W (K, R*H)                  (reduction over k)
 //   gradients.weight (K, R*H) = grad_y^T (K, B) * cat (B, R*H)            (reduction over b)
-// gradients.x as one problem where its slices sit side by side (the gradient of a head-major x),
-// else one per slice r; gradients.weight as one problem on x itself where its slices sit side by
-// side, else on a concatenation of x. The bias gradient sums grad_y's rows.
+// Each is one problem: gradients.x written in place where its slices sit side by side (the
+// gradient of a head-major x), else split into place afterwards; gradients.weight read from x
+// where its slices sit side by side, else from a concatenation of x. The bias gradient sums
+// grad_y's rows.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -16,13 +17,6 @@
 
 namespace gather_linear::cpu {
 namespace {
-
-const void* advance(const void* data, std::int64_t elements, DType dtype) {
-  return static_cast<const std::byte*>(data) + elements * static_cast<std::int64_t>(dtype_size(dtype));
-}
-void* advance(void* data, std::int64_t elements, DType dtype) {
-  return static_cast<std::byte*>(data) + elements * static_cast<std::int64_t>(dtype_size(dtype));
-}
 
 // A problem with a single slice: y (rows, cols) = A (rows, depth) * Wt (cols, depth)^T.
 Problem gemm_problem(const BackwardProblem& bp, std::int64_t rows, std::int64_t depth, std::int64_t cols) {
@@ -37,6 +31,10 @@ Problem gemm_problem(const BackwardProblem& bp, std::int64_t rows, std::int64_t 
   return g;
 }
 
+// One problem over all R*H columns, into gradients.x itself where its slices sit side by side
+// (the gradient of a head-major x), else into a (B, R*H) buffer split into place afterwards,
+// rather than one problem per slice, each of which would pack grad_y again.
+template <class In>
 void input_gradient(const BackwardProblem& bp) {
   const Problem& f = bp.forward;
   // A = grad_y as it is; Wt[c, k] = W[k, c]: W read down its columns.
@@ -47,20 +45,23 @@ void input_gradient(const BackwardProblem& bp) {
   g.weight = f.weight;
   g.weight_stride_k = 1;
   g.weight_stride_c = f.K == 1 ? 1 : f.weight_stride_k;
-  g.y_stride_b = bp.grad_x_stride_b;
   const bool side_by_side = (f.H == 1 || bp.grad_x_stride_h == 1) && (f.R == 1 || bp.grad_x_stride_r == f.H);
   if (side_by_side) {
     g.y = bp.grad_x;
+    g.y_stride_b = bp.grad_x_stride_b;
     run_gather_gemm(g);
     return;
   }
-  g.K = f.H;
-  g.y_stride_k = bp.grad_x_stride_h;
-  for (std::int64_t r = 0; r < f.R; ++r) {
-    g.weight = advance(f.weight, r * f.H, f.dtype);
-    g.y = advance(bp.grad_x, r * bp.grad_x_stride_r, f.dtype);
-    run_gather_gemm(g);
-  }
+  std::vector<In> unsplit(static_cast<std::size_t>(f.B * f.RH));
+  g.y = unsplit.data();
+  g.y_stride_b = f.RH;
+  run_gather_gemm(g);
+  In* grad_x = static_cast<In*>(bp.grad_x);
+  for (std::int64_t r = 0; r < f.R; ++r)
+    for (std::int64_t b = 0; b < f.B; ++b)
+      for (std::int64_t h = 0; h < f.H; ++h)
+        grad_x[r * bp.grad_x_stride_r + b * bp.grad_x_stride_b + h * bp.grad_x_stride_h] =
+            unsplit[static_cast<std::size_t>(b * f.RH + r * f.H + h)];
 }
 
 // x's slices laid end to end, (B, R*H) row-major.
@@ -122,7 +123,7 @@ void bias_gradient(const BackwardProblem& bp) {
 }  // namespace
 
 void run_backward(const BackwardProblem& p) {
-  if (p.grad_x) input_gradient(p);
+  if (p.grad_x) visit_floating_dtype(p.forward.dtype, [&]<class In>() { input_gradient<In>(p); });
   if (p.grad_weight) visit_floating_dtype(p.forward.dtype, [&]<class In>() { weight_gradient<In>(p); });
   if (p.grad_bias) visit_floating_dtype(p.forward.dtype, [&]<class In>() { bias_gradient<In>(p); });
 }

@@ -114,7 +114,12 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 template <class In>
 void run_engine(const Problem& p, const Engine& e, GemmPath path) {
   using Acc = AccumulatorOf<In>;
-  if (path == GemmPath::direct || (path == GemmPath::automatic && p.flops() <= kDirectFlops)) {
+  // The direct path reads each weight row once per row of A, cheap only along a unit stride; the
+  // backward's transposed views go through packing, which reads them row-wise. (Copying such a
+  // view row-major for the direct path measured slower still: its short reductions run as
+  // chains of dependent scalar adds.)
+  const bool direct_pays = p.flops() <= kDirectFlops && p.weight_stride_c == 1;
+  if (path == GemmPath::direct || (path == GemmPath::automatic && direct_pays)) {
     e.direct_rows(p, a_scratch.bytes(static_cast<std::size_t>(std::max<std::int64_t>(p.RH, 1)) * sizeof(Acc)));
     return;
   }
