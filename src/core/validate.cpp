@@ -187,6 +187,23 @@ void check_sizes_equal(const TensorView& t, const char* name, std::initializer_l
   }
 }
 
+// y and grad_y: (B, K), x's dtype and device, unit inner stride, rows apart; the bytes it reaches.
+ByteSpan check_batch_by_output(const TensorView& t, const char* name, const Problem& p, const TensorView& x) {
+  check_rank(t, name, 2, "(B, K)");
+  check_dtype_and_device(t, name, x);
+  check_sizes_and_strides(t, name);
+  if (t.size(0) != p.B) fail(name, "expected size(0) == B = " + str(p.B) + " (x.size(1)), got " + str(t.size(0)));
+  if (t.size(1) != p.K)
+    fail(name, "expected size(1) == K = " + str(p.K) + " (weight.size(0)), got " + str(t.size(1)));
+  if (p.K > 1 && p.B > 0 && t.stride(1) != 1)
+    fail(name, "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(t.stride(1)));
+  if (p.B > 1 && p.K > 0 && t.stride(0) < p.K)
+    fail(name, "rows overlap: expected stride(0) >= K = " + str(p.K) + ", got stride(0) = " + str(t.stride(0)));
+  const ByteSpan span = reachable_bytes(t, name);
+  check_pointer(t, name, span);
+  return span;
+}
+
 }  // namespace
 
 Problem validate_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias) {
@@ -197,19 +214,7 @@ Problem validate_forward_args(const TensorView& x, const TensorView& weight,
                               const std::optional<TensorView>& bias, const TensorView& y) {
   const CheckedInputs inputs = check_inputs(x, weight, bias);
   Problem p = inputs.problem;
-  check_rank(y, "y", 2, "(B, K)");
-  check_dtype_and_device(y, "y", x);
-  check_sizes_and_strides(y, "y");
-  if (y.size(0) != p.B) fail("y", "expected size(0) == B = " + str(p.B) + " (x.size(1)), got " + str(y.size(0)));
-  if (y.size(1) != p.K)
-    fail("y", "expected size(1) == K = " + str(p.K) + " (weight.size(0)), got " + str(y.size(1)));
-  if (p.K > 1 && p.B > 0 && y.stride(1) != 1)
-    fail("y", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(y.stride(1)));
-  if (p.B > 1 && p.K > 0 && y.stride(0) < p.K)
-    fail("y", "rows overlap: expected stride(0) >= K = " + str(p.K) + ", got stride(0) = " + str(y.stride(0)));
-
-  const ByteSpan y_span = reachable_bytes(y, "y");
-  check_pointer(y, "y", y_span);
+  const ByteSpan y_span = check_batch_by_output(y, "y", p, x);
   check_no_overlap(y_span, inputs.x, "x");
   check_no_overlap(y_span, inputs.weight, "weight");
   check_no_overlap(y_span, inputs.bias, "bias");
@@ -226,19 +231,7 @@ BackwardProblem validate_backward_args(const TensorView& grad_y, const TensorVie
   BackwardProblem bp;
   bp.forward = p;
 
-  check_rank(grad_y, "grad_y", 2, "(B, K)");
-  check_dtype_and_device(grad_y, "grad_y", x);
-  check_sizes_and_strides(grad_y, "grad_y");
-  if (grad_y.size(0) != p.B)
-    fail("grad_y", "expected size(0) == B = " + str(p.B) + " (x.size(1)), got " + str(grad_y.size(0)));
-  if (grad_y.size(1) != p.K)
-    fail("grad_y", "expected size(1) == K = " + str(p.K) + " (weight.size(0)), got " + str(grad_y.size(1)));
-  if (p.K > 1 && p.B > 0 && grad_y.stride(1) != 1)
-    fail("grad_y", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(grad_y.stride(1)));
-  if (p.B > 1 && p.K > 0 && grad_y.stride(0) < p.K)
-    fail("grad_y", "expected stride(0) >= K = " + str(p.K) + ", got stride(0) = " + str(grad_y.stride(0)));
-  const ByteSpan grad_y_span = reachable_bytes(grad_y, "grad_y");
-  check_pointer(grad_y, "grad_y", grad_y_span);
+  const ByteSpan grad_y_span = check_batch_by_output(grad_y, "grad_y", p, x);
   bp.grad_y = grad_y.data;
   bp.grad_y_stride_b = p.B == 1 ? p.K : grad_y.stride(0);  // one row: its stride is never used
 
