@@ -114,44 +114,6 @@ inline BackwardOperands make_backward_operands(const BackwardCase& c, std::uint3
   return o;
 }
 
-// max |t - ref| / max |ref| over a view of any rank (ref row-major over the view's sizes); NaN if
-// any element is NaN.
-inline double relative_error_of_view(const HostTensor& t, const std::vector<double>& ref) {
-  const TensorView& v = t.view;
-  double max_err = 0, max_ref = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    std::int64_t rest = static_cast<std::int64_t>(i), element = t.offset;
-    for (int d = v.rank - 1; d >= 0; --d) {
-      element += (rest % v.size(d)) * v.stride(d);
-      rest /= v.size(d);
-    }
-    const double e = std::abs(t.get(static_cast<std::size_t>(element)) - ref[i]);
-    if (std::isnan(e)) return std::numeric_limits<double>::quiet_NaN();
-    max_err = std::max(max_err, e);
-    max_ref = std::max(max_ref, std::abs(ref[i]));
-  }
-  return max_ref > 0 ? max_err / max_ref : max_err;
-}
-
-// Storage elements outside the view still hold their NaN poison.
-inline bool view_gaps_untouched(const HostTensor& t) {
-  const TensorView& v = t.view;
-  std::int64_t n = 1;
-  for (int d = 0; d < v.rank; ++d) n *= v.size(d);
-  std::vector<bool> in_view(t.elements(), false);
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::int64_t rest = i, element = t.offset;
-    for (int d = v.rank - 1; d >= 0; --d) {
-      element += (rest % v.size(d)) * v.stride(d);
-      rest /= v.size(d);
-    }
-    in_view[static_cast<std::size_t>(element)] = true;
-  }
-  for (std::size_t i = 0; i < in_view.size(); ++i)
-    if (!in_view[i] && !std::isnan(t.get(i))) return false;
-  return true;
-}
-
 // The tolerance a gradient in `dtype` is held to, relative to its largest exact value: float32
 // and float64 accuracy, or one unit of the 16-bit output's rounding (sums are float32 there).
 inline double backward_tolerance(DType dtype, Fp32Precision precision = Fp32Precision::ieee) {
@@ -177,7 +139,7 @@ inline void expect_gradients_accurate(const BackwardOperands& o, const BackwardC
     const double err = relative_error_of_view(check.tensor, check.ref);
     EXPECT_FALSE(std::isnan(err)) << label << " " << c << ": NaN left in " << check.name;
     EXPECT_LE(err, tolerance) << label << " " << c << ": " << check.name;
-    EXPECT_TRUE(view_gaps_untouched(check.tensor)) << label << " " << c << ": wrote outside " << check.name;
+    EXPECT_TRUE(gaps_untouched(check.tensor)) << label << " " << c << ": wrote outside " << check.name;
   }
 }
 

@@ -201,14 +201,44 @@ inline std::optional<std::size_t> first_unpoisoned(const HostTensor& t) {
   return std::nullopt;
 }
 
-// Storage elements of y outside the view must still hold their NaN poison.
-inline bool gaps_untouched(const HostTensor& y) {
-  std::vector<bool> in_view(y.elements(), false);
-  for (std::int64_t b = 0; b < y.view.size(0); ++b)
-    for (std::int64_t k = 0; k < y.view.size(1); ++k)
-      in_view[static_cast<std::size_t>(y.offset + b * y.view.stride(0) + k * y.view.stride(1))] = true;
+// The storage element (offset included) of each element of a view of any rank, in row-major
+// order of its indices.
+inline std::vector<std::size_t> storage_elements(const HostTensor& t) {
+  const TensorView& v = t.view;
+  std::int64_t n = 1;
+  for (int d = 0; d < v.rank; ++d) n *= v.size(d);
+  std::vector<std::size_t> elements(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t rest = i, element = t.offset;
+    for (int d = v.rank - 1; d >= 0; --d) {
+      element += (rest % v.size(d)) * v.stride(d);
+      rest /= v.size(d);
+    }
+    elements[static_cast<std::size_t>(i)] = static_cast<std::size_t>(element);
+  }
+  return elements;
+}
+
+// max |t - ref| / max |ref| over a view of any rank (ref row-major over the view's sizes); NaN if
+// any element is NaN.
+inline double relative_error_of_view(const HostTensor& t, const std::vector<double>& ref) {
+  const std::vector<std::size_t> elements = storage_elements(t);
+  double max_err = 0, max_ref = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double e = std::abs(t.get(elements[i]) - ref[i]);
+    if (std::isnan(e)) return std::numeric_limits<double>::quiet_NaN();
+    max_err = std::max(max_err, e);
+    max_ref = std::max(max_ref, std::abs(ref[i]));
+  }
+  return max_ref > 0 ? max_err / max_ref : max_err;
+}
+
+// Storage elements outside a view (y, or a gradient) must still hold their NaN poison.
+inline bool gaps_untouched(const HostTensor& t) {
+  std::vector<bool> in_view(t.elements(), false);
+  for (std::size_t element : storage_elements(t)) in_view[element] = true;
   for (std::size_t i = 0; i < in_view.size(); ++i)
-    if (!in_view[i] && !std::isnan(y.get(i))) return false;
+    if (!in_view[i] && !std::isnan(t.get(i))) return false;
   return true;
 }
 
