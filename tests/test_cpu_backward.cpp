@@ -57,6 +57,25 @@ TEST(CpuBackward, WritesOnlyTheRequestedGradients) {
   }
 }
 
+// x is read only for gradients.weight and weight only for gradients.x: without that gradient
+// the input may come as its shape alone (null data), as autograd keeps only what it needs.
+TEST(CpuBackward, UnreadInputsMayComeWithoutData) {
+  const BackwardCase c{{3, 20, 8, 10}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
+  for (bool want_x : {false, true}) {
+    BackwardOperands o = make_backward_operands(c, 13);
+    TensorView x = o.x.view, weight = o.weight.view;
+    (want_x ? x : weight).data = nullptr;
+    backward(o.grad_y.view, x, weight, o.gradients(want_x, !want_x, true));
+    BackwardOperands all = make_backward_operands(c, 13);
+    backward(all.grad_y.view, all.x.view, all.weight.view, all.gradients());
+    if (want_x)
+      EXPECT_EQ(o.grad_x.storage, all.grad_x.storage);
+    else
+      EXPECT_EQ(o.grad_weight.storage, all.grad_weight.storage);
+    EXPECT_EQ(o.grad_bias.storage, all.grad_bias.storage);
+  }
+}
+
 TEST(CpuBackward, SameInputsSameBits) {
   const BackwardCase c{{8, 200, 64, 300}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
   BackwardOperands a = make_backward_operands(c, 3), b = make_backward_operands(c, 3);
@@ -119,6 +138,14 @@ TEST_F(BackwardValidation, InputsAsForwardChecksThem) {
   weight = o.weight.view;
   x.dtype = DType::int32;
   expect_error("x", "unsupported dtype int32", ErrorCode::unsupported);
+}
+
+TEST_F(BackwardValidation, InputsReadMustHaveData) {
+  x.data = nullptr;  // gradients.weight reads x
+  expect_error("x", "null data pointer for a non-empty tensor (24 elements)");
+  x = o.x.view;
+  weight.data = nullptr;  // gradients.x reads weight
+  expect_error("weight", "null data pointer for a non-empty tensor (40 elements)");
 }
 
 TEST_F(BackwardValidation, GradientShapesAndLayouts) {

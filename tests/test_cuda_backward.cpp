@@ -120,6 +120,31 @@ TEST_F(CudaBackwardTest, WritesOnlyTheRequestedGradients) {
   }
 }
 
+// An input no requested gradient reads may come as its shape alone (null data), past the
+// device-pointer checks too: the same bits as a call that had it.
+TEST_F(CudaBackwardTest, UnreadInputsMayComeWithoutData) {
+  const BackwardCase c{{3, 40, 16, 24}, DType::bfloat16, BackwardLayout::contiguous, BackwardLayout::contiguous};
+  BackwardOperands all = make_backward_operands(c, 17);
+  const DeviceBackwardOperands everything(all);
+  everything.backward();
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  everything.download(all);
+  for (bool want_x : {false, true}) {
+    BackwardOperands o = make_backward_operands(c, 17);
+    DeviceBackwardOperands d(o);
+    TensorView x = d.x.view(), weight = d.weight.view();
+    (want_x ? x : weight).data = nullptr;
+    gather_linear::backward(d.grad_y.view(), x, weight, d.gradients(want_x, !want_x, true));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    d.download(o);
+    if (want_x)
+      EXPECT_EQ(o.grad_x.storage, all.grad_x.storage);
+    else
+      EXPECT_EQ(o.grad_weight.storage, all.grad_weight.storage);
+    EXPECT_EQ(o.grad_bias.storage, all.grad_bias.storage);
+  }
+}
+
 // Only the bias gradient: no cuBLAS, so racecheck sees the column sums alone.
 TEST_F(CudaBackwardTest, BiasGradientAlone) {
   for (std::int64_t B : {1, 255, 256, 257, 3000}) {

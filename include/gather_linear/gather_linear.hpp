@@ -60,8 +60,11 @@ struct Gradients {
 //   gradients.weight[k, r*H + h]  = sum_b grad_y[b, k] * x[r, b, h]
 //   gradients.bias[k]             = sum_b grad_y[b, k]
 // straight into x's and W's layouts (no concatenation of x is needed where x has a unit stride in
-// h or b). x and weight are validated as forward() validates them; every gradient must match its
-// input's dtype, device and sizes and share no memory with an input or another gradient. Errors,
+// h or b). x and weight are validated as forward() validates them, except that only
+// gradients.weight reads x's elements and only gradients.x reads weight's: without that gradient
+// the input may have a null data pointer (a caller that kept only what it needs, as autograd
+// does). Every gradient must match its input's dtype, device and sizes and share no memory with
+// an input or another gradient. Errors,
 // streams, devices, precision (Options::fp32_precision), determinism and scratch
 // (Options::workspace / workspace_allocator, or the library's per-stream cache) behave as in
 // forward(); Options::kernel must be "auto". 16-bit inputs accumulate in float32.

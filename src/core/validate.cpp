@@ -115,13 +115,21 @@ void check_elements_distinct(const TensorView& t, const char* name) {
   }
 }
 
+// Whether the computation reads x's and weight's elements. backward() reads x only for
+// gradients.weight and weight only for gradients.x: an input it does not read may come without
+// data (a null pointer), as a description of its shape alone.
+struct InputsRead {
+  bool x = true, weight = true;
+};
+
 // x, weight and bias checked, with the bytes each can reach (for y's overlap checks).
 struct CheckedInputs {
   Problem problem;
   ByteSpan x, weight, bias;
 };
 
-CheckedInputs check_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias) {
+CheckedInputs check_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias,
+                           InputsRead read = {}) {
   check_rank(x, "x", 3, "(R, B, H)");
   check_rank(weight, "weight", 2, "(K, R*H)");
   if (bias) check_rank(*bias, "bias", 1, "(K)");
@@ -158,11 +166,17 @@ CheckedInputs check_inputs(const TensorView& x, const TensorView& weight, const 
   if (bias && p.K > 1 && bias->stride(0) != 1)
     fail("bias", "expected a contiguous bias (stride(0) == 1), got stride(0) = " + str(bias->stride(0)));
 
-  const ByteSpan x_span = reachable_bytes(x, "x");
-  const ByteSpan weight_span = reachable_bytes(weight, "weight");
+  ByteSpan x_span = reachable_bytes(x, "x");
+  ByteSpan weight_span = reachable_bytes(weight, "weight");
   const ByteSpan bias_span = bias ? reachable_bytes(*bias, "bias") : ByteSpan{};
-  check_pointer(x, "x", x_span);
-  check_pointer(weight, "weight", weight_span);
+  if (read.x || x.data != nullptr)
+    check_pointer(x, "x", x_span);
+  else
+    x_span = {};  // a shape alone: no bytes for an output to overlap
+  if (read.weight || weight.data != nullptr)
+    check_pointer(weight, "weight", weight_span);
+  else
+    weight_span = {};
   if (bias) check_pointer(*bias, "bias", bias_span);
 
   p.dtype = x.dtype;
@@ -226,7 +240,8 @@ Problem validate_forward_args(const TensorView& x, const TensorView& weight,
 
 BackwardProblem validate_backward_args(const TensorView& grad_y, const TensorView& x, const TensorView& weight,
                                        const Gradients& gradients) {
-  const CheckedInputs inputs = check_inputs(x, weight, std::nullopt);
+  const CheckedInputs inputs =
+      check_inputs(x, weight, std::nullopt, {.x = gradients.weight.has_value(), .weight = gradients.x.has_value()});
   const Problem& p = inputs.problem;
   BackwardProblem bp;
   bp.forward = p;

@@ -14,9 +14,9 @@ namespace gather_linear {
 Problem validate_inputs(const TensorView& x, const TensorView& weight, const std::optional<TensorView>& bias);
 Problem validate_forward_args(const TensorView& x, const TensorView& weight,
                               const std::optional<TensorView>& bias, const TensorView& y);
-// backward()'s arguments: x and weight as validate_inputs checks them, then grad_y, then each
-// gradient (its shape, dtype, device and strides, and that it shares no memory with an input or
-// another gradient).
+// backward()'s arguments: x and weight as validate_inputs checks them (but either may have a null
+// data pointer where no requested gradient reads it), then grad_y, then each gradient (its shape,
+// dtype, device and strides, and that it shares no memory with an input or another gradient).
 BackwardProblem validate_backward_args(const TensorView& grad_y, const TensorView& x, const TensorView& weight,
                                        const Gradients& gradients);
 
