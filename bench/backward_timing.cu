@@ -4,10 +4,13 @@
 // library writes gradients.x in x's own layout and reads x in place. One CSV row per shape and
 // layout: all three gradients, the two GEMM gradients, and each alone against its GEMM; the
 // backward's results are checked against the comparator's before timing.
+// With --forms, for a contiguous x instead: each way (form) the library can compute a gradient,
+// forced, to find where copying x (or gradients.x) beats R batched GEMMs of its slices.
 // Times: median per backward over CUDA-graph replays, the candidates interleaved, input sets
 // rotated past L2.
 //
 //   backward_timing > backward.csv
+//   backward_timing --forms > backward_forms.csv
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,9 +18,11 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/validate.hpp"
+#include "cuda/backward.hpp"
 #include "cuda/cublaslt_matmul.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_types.cuh"
@@ -85,11 +90,11 @@ double disagreement(const std::vector<float>& a, const std::vector<float>& b,
   return scale > 0 ? err / scale : err;
 }
 
-void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream) {
+// Enough input sets, filled, to rotate past L2; x stored (R, B, H), or (B, R, H) if `head_major`.
+std::vector<Set> input_sets(const Shape& s, DType dtype, bool head_major, Buffers& buf, cudaStream_t stream) {
   const std::int64_t RH = s.R * s.H;
   const std::size_t nx = s.R * s.B * s.H, nw = s.K * RH, ny = s.B * s.K;
   const Device dev = Device::cuda(0);
-  Buffers buf(dtype);
   const int sets = timing::rotating_sets(dtype_size(dtype) * (nx + nw + ny), 0);
   std::vector<Set> in;
   for (int i = 0; i < sets; ++i) {
@@ -103,6 +108,16 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
     in.push_back({TensorView::strided(x, dtype, dev, {s.R, s.B, s.H}, {sr, sb, 1}),
                   TensorView::contiguous(w, dtype, dev, {s.K, RH}), TensorView::contiguous(dy, dtype, dev, {s.B, s.K})});
   }
+  return in;
+}
+
+void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream) {
+  const std::int64_t RH = s.R * s.H;
+  const std::size_t nx = s.R * s.B * s.H, nw = s.K * RH;
+  const Device dev = Device::cuda(0);
+  Buffers buf(dtype);
+  const std::vector<Set> in = input_sets(s, dtype, head_major, buf, stream);
+  const int sets = static_cast<int>(in.size());
   // Outputs, shared by the sets: gradients.x in x's layout; the comparator's (B, R*H) and dW.
   void *grad_x = buf.alloc(nx), *grad_w = buf.alloc(nw), *grad_b = buf.alloc(s.K);
   void *cat = buf.alloc(nx), *cat_grad_x = buf.alloc(nx), *gemm_grad_w = buf.alloc(nw);
@@ -180,26 +195,109 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
   std::fflush(stdout);
 }
 
+// A contiguous x and gradients.x: gradients.weight by batched slices and by concatenation,
+// gradients.x by batched slices and by split, each against its GEMM on a concatenated layout.
+void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
+  const std::int64_t RH = s.R * s.H;
+  const std::size_t nx = s.R * s.B * s.H, nw = s.K * RH;
+  const Device dev = Device::cuda(0);
+  Buffers buf(dtype);
+  const std::vector<Set> in = input_sets(s, dtype, /*head_major=*/false, buf, stream);
+  const int sets = static_cast<int>(in.size());
+  void *grad_x = buf.alloc(nx), *grad_w = buf.alloc(nw), *cat = buf.alloc(nx);
+  Gradients x_only, weight_only;
+  x_only.x = TensorView::contiguous(grad_x, dtype, dev, {s.R, s.B, s.H});
+  weight_only.weight = TensorView::contiguous(grad_w, dtype, dev, {s.K, RH});
+  // The GEMMs on concatenated layouts: gradients.x into a (B, R*H) matrix (the side_by_side form
+  // of a head-major x's gradient), gradients.weight from the concatenation (made once).
+  Gradients unsplit_x;
+  unsplit_x.x = TensorView::strided(cat, dtype, dev, {s.R, s.B, s.H}, {s.H, RH, 1});
+  const auto problem = [&](int set, const Gradients& g) {
+    return validate_backward_args(in[set].grad_y, in[set].x, in[set].weight, g);
+  };
+  std::vector<void*> concatenations;
+  for (int set = 0; set < sets; ++set) {
+    concatenations.push_back(buf.alloc(nx));
+    cuda::concatenate(problem(set, weight_only).forward, concatenations.back(), stream);
+  }
+
+  using cuda::InputGradientForm, cuda::WeightGradientForm;
+  const auto forced = [](InputGradientForm input, WeightGradientForm weight) {
+    cuda::BackwardForms forms;
+    forms.input = input, forms.weight = weight;
+    return forms;
+  };
+  struct Candidate {
+    const Gradients* gradients;
+    cuda::BackwardForms forms;
+    bool on_concatenation;  // x replaced by its concatenation viewed head-major
+  };
+  const Candidate candidates[] = {
+      {&weight_only, forced(InputGradientForm::zero, WeightGradientForm::slices_h_unit), false},
+      {&weight_only, forced(InputGradientForm::zero, WeightGradientForm::concatenated), false},
+      {&weight_only, forced(InputGradientForm::zero, WeightGradientForm::side_by_side), true},
+      {&x_only, forced(InputGradientForm::slices_h_unit, WeightGradientForm::zero), false},
+      {&x_only, forced(InputGradientForm::split, WeightGradientForm::zero), false},
+      {&unsplit_x, forced(InputGradientForm::side_by_side, WeightGradientForm::zero), false},
+  };
+  std::size_t scratch_bytes = 0;
+  for (const Candidate& c : candidates)
+    scratch_bytes = std::max(scratch_bytes, cuda::plan_backward(problem(0, *c.gradients), c.forms).scratch.total);
+  const Workspace scratch{buf.alloc(scratch_bytes / buf.element + 1), scratch_bytes};
+  std::vector<std::function<void(int)>> launches;
+  for (const Candidate& c : candidates)
+    launches.push_back([&, c](int set) {
+      BackwardProblem p = problem(set, *c.gradients);
+      if (c.on_concatenation) {  // the concatenation read as a head-major x
+        p.forward.x = concatenations[static_cast<std::size_t>(set)];
+        p.forward.x_stride_r = s.H, p.forward.x_stride_b = RH, p.forward.x_stride_h = 1;
+      }
+      cuda::run_backward(p, cuda::plan_backward(p, c.forms), Options{}, scratch, stream);
+    });
+  const double flops = 2.0 * s.B * s.K * RH;
+  const int repeats = static_cast<int>(std::clamp(2e10 / flops, 10.0, 100.0));
+  const auto t = timing::time_gpu_interleaved(launches, sets, repeats, stream);
+  std::printf("%lld,%lld,%lld,%lld,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", (long long)s.R,
+              (long long)s.B, (long long)s.H, (long long)s.K, std::string(dtype_name(dtype)).c_str(),
+              (long long)(s.B * RH), t[0].graph_us, t[1].graph_us, t[2].graph_us, t[1].graph_us / t[0].graph_us,
+              t[3].graph_us, t[4].graph_us, t[5].graph_us, t[4].graph_us / t[3].graph_us);
+  std::fflush(stdout);
+}
+
 }  // namespace
 }  // namespace gather_linear::bench
 
-int main() {
+int main(int argc, char** argv) {
   using namespace gather_linear;
   using namespace gather_linear::bench;
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  std::printf("R,B,H,K,dtype,x_layout,backward_us,backward_no_bias_us,gemm_only_us,"
-              "no_bias_over_gemm_only,no_bias_tflops,dx_us,gemm_dx_us,dx_over_gemm,dw_us,gemm_dw_us,dw_over_gemm,"
-              "dx_disagreement,dw_disagreement\n");
-  const Shape shapes[] = {{4, 12, 32, 56},      {8, 1024, 128, 1024}, {26, 4096, 64, 1024}, {16, 4096, 32, 2048},
-                          {4, 16384, 64, 1024}, {4, 4096, 256, 4096}, {32, 8192, 128, 4096}, {8, 8192, 512, 4096},
-                          {4, 16384, 64, 8192}};
-  for (const Shape& s : shapes)
+  if (argc > 1 && std::string_view(argv[1]) == "--forms") {
+    std::printf("R,B,H,K,dtype,x_elements,dw_slices_us,dw_concatenated_us,dw_gemm_only_us,"
+                "dw_concatenated_over_slices,dx_slices_us,dx_split_us,dx_gemm_only_us,dx_split_over_slices\n");
+    // Narrow slices (and H = 128, where batching is the rule) from the seed's size to 64M elements.
     for (DType dtype : {DType::bfloat16, DType::float32})
-      for (bool head_major : {false, true}) {
-        if (dtype == DType::float32 && s.B * s.K * s.R * s.H > (std::int64_t{1} << 33)) continue;  // slow, big
-        run_shape(s, dtype, head_major, stream);
-      }
+      for (std::int64_t H : {32, 64, 128})
+        for (std::int64_t R : {4, 16})
+          for (std::int64_t B : {12, 64, 512, 4096, 16384})
+            for (std::int64_t K : {512, 4096}) {
+              if (dtype == DType::float32 && B * K * R * H > (std::int64_t{1} << 33)) continue;  // slow, big
+              run_forms({R, B, H, K}, dtype, stream);
+            }
+  } else {
+    std::printf("R,B,H,K,dtype,x_layout,backward_us,backward_no_bias_us,gemm_only_us,"
+                "no_bias_over_gemm_only,no_bias_tflops,dx_us,gemm_dx_us,dx_over_gemm,dw_us,gemm_dw_us,dw_over_gemm,"
+                "dx_disagreement,dw_disagreement\n");
+    const Shape shapes[] = {{4, 12, 32, 56},      {8, 1024, 128, 1024}, {26, 4096, 64, 1024}, {16, 4096, 32, 2048},
+                            {4, 16384, 64, 1024}, {4, 4096, 256, 4096}, {32, 8192, 128, 4096}, {8, 8192, 512, 4096},
+                            {4, 16384, 64, 8192}};
+    for (const Shape& s : shapes)
+      for (DType dtype : {DType::bfloat16, DType::float32})
+        for (bool head_major : {false, true}) {
+          if (dtype == DType::float32 && s.B * s.K * s.R * s.H > (std::int64_t{1} << 33)) continue;  // slow, big
+          run_shape(s, dtype, head_major, stream);
+        }
+  }
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backward_support.hpp"
+#include "cuda/backward.hpp"
 #include "cuda_test_support.hpp"
 
 namespace gather_linear {
@@ -73,14 +74,49 @@ TEST_P(CudaBackwardSweep, EveryGradient) { expect_backward_accurate(GetParam());
 INSTANTIATE_TEST_SUITE_P(Sweep, CudaBackwardSweep, ::testing::ValuesIn(all_backward_cases(kShapes, kDtypes)),
                          [](const ::testing::TestParamInfo<BackwardCase>& info) { return case_name(info.param); });
 
-// Narrow slices of a large x (here 2^20 elements) concatenate x and split gradients.x rather than
-// running R GEMMs; large shapes in every form.
+// Large shapes in the forms the library chooses for them.
 TEST_F(CudaBackwardTest, LargeShapesAndTheConcatenatedForm) {
   const Shape shapes[] = {{4, 4096, 64, 64}, {8, 1024, 128, 1024}, {2, 4096, 64, 256}};
   for (const Shape& s : shapes)
     for (DType dtype : {DType::float32, DType::bfloat16})
       for (auto layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::b_unit})
         expect_backward_accurate({s, dtype, layout, layout});
+}
+
+// Every form a layout admits, forced through the internal plan (the library's own choice
+// depends on size and dtype, so the sweep alone need not reach each one).
+TEST_F(CudaBackwardTest, EveryFormForced) {
+  using cuda::InputGradientForm, cuda::WeightGradientForm;
+  struct Forced {
+    BackwardLayout layout;  // of x and of gradients.x
+    InputGradientForm input;
+    WeightGradientForm weight;
+    const char* name;
+  };
+  const Forced forced[] = {
+      {BackwardLayout::contiguous, InputGradientForm::slices_h_unit, WeightGradientForm::slices_h_unit, "slices h"},
+      {BackwardLayout::contiguous, InputGradientForm::split, WeightGradientForm::concatenated, "split, concatenated"},
+      {BackwardLayout::b_unit, InputGradientForm::slices_b_unit, WeightGradientForm::slices_b_unit, "slices b"},
+      {BackwardLayout::b_unit, InputGradientForm::split, WeightGradientForm::concatenated, "split, concatenated"},
+      {BackwardLayout::head_major, InputGradientForm::side_by_side, WeightGradientForm::side_by_side, "side_by_side"},
+      {BackwardLayout::head_major, InputGradientForm::split, WeightGradientForm::concatenated, "split, concatenated"},
+  };
+  for (const Shape& s : {Shape{3, 40, 16, 24}, Shape{2, 33, 130, 20}, Shape{4, 300, 8, 600}})
+    for (DType dtype : {DType::float32, DType::bfloat16})
+      for (const Forced& f : forced) {
+        const BackwardCase c{s, dtype, f.layout, f.layout};
+        BackwardOperands o = make_backward_operands(c, 21);
+        DeviceBackwardOperands d(o);
+        const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+        cuda::BackwardForms forms;
+        forms.input = f.input, forms.weight = f.weight;
+        const cuda::BackwardPlan plan = cuda::plan_backward(p, forms);
+        DeviceBuffer scratch(plan.scratch.total);
+        cuda::run_backward(p, plan, Options{}, {scratch.data(), plan.scratch.total}, nullptr);
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        d.download(o);
+        expect_gradients_accurate(o, c, std::string("cuda, forced ") + f.name);
+      }
 }
 
 TEST_F(CudaBackwardTest, Tf32WhenAllowed) {

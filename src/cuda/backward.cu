@@ -4,8 +4,8 @@
 //   gradients.x[r]^T (H x B)                     = W[:, r*H : r*H + H]^T (H x K) * grad_y^T (K x B)
 //   gradients.weight[:, r*H : r*H + H]^T (H x K) = x[r]^T (H x B) * grad_y (B x K)
 // Where the slices sit side by side (a head-major x, or its gradient) one GEMM covers them all.
-// Otherwise the slices run as one GEMM batched over r, except where they are narrow and x is
-// large (slices_lose), or the layout is one no GEMM can address: those take one GEMM on a
+// Otherwise the slices run as one GEMM batched over r, except where a copy costs less
+// (copy_beats_slices) or the layout is one no GEMM can address: those take one GEMM on a
 // concatenation of x (the weight's gradient), or one GEMM into a (B, R*H) scratch that is then
 // split into gradients.x.
 // The bias gradient sums grad_y's rows in a fixed order: split into blocks of rows, then the
@@ -16,9 +16,9 @@
 #include <string>
 
 #include "core/kernel_registry.hpp"
+#include "cuda/backward.hpp"
 #include "cuda/cublaslt_matmul.hpp"
 #include "cuda/cuda_check.hpp"
-#include "cuda/device_info.hpp"
 #include "cuda/device_types.cuh"
 #include "cuda/unfused_cublaslt.hpp"
 
@@ -104,20 +104,16 @@ __global__ void sum_partials_kernel(const float* __restrict__ partial, std::int6
   out[k] = from_float<T>(total);
 }
 
-unsigned grid_for(std::int64_t items, int device) {
-  return static_cast<unsigned>(std::clamp<std::int64_t>((items + 255) / 256, 1, 16 * multiprocessor_count(device)));
-}
-
 void zero(void* out, Strided3d view, const Problem& f, CudaStream stream) {
   visit_device_dtype(f.dtype, [&]<class T>() {
-    zero_kernel<T><<<grid_for(view.elements(), f.device.index), 256, 0, stream>>>(static_cast<T*>(out), view);
+    zero_kernel<T><<<grid_stride_blocks(view.elements(), f.device.index), 256, 0, stream>>>(static_cast<T*>(out), view);
     check_launch("zero_kernel");
   });
 }
 
 void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, const Problem& f, CudaStream stream) {
   visit_device_dtype(f.dtype, [&]<class T>() {
-    copy_kernel<T><<<grid_for(out_view.elements(), f.device.index), 256, 0, stream>>>(
+    copy_kernel<T><<<grid_stride_blocks(out_view.elements(), f.device.index), 256, 0, stream>>>(
         static_cast<const T*>(in), in_view, static_cast<T*>(out), out_view);
     check_launch("copy_kernel");
   });
@@ -125,15 +121,27 @@ void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, cons
 
 // ---- the plan: which form each gradient takes, and the scratch it needs ---------------------
 
-enum class InputGradientForm { zero, side_by_side, slices_h_unit, slices_b_unit, split };
-enum class WeightGradientForm { zero, side_by_side, concatenated, slices_h_unit, slices_b_unit };
-
-// R batched GEMMs of slices narrower than 128 (one tile) lost to one GEMM plus a copy of x or of
-// its gradient wherever x held 2M elements or more (1.11-2.16x GEMM-only against 1.03-1.41x); on
-// the seed problem (1536) the copy's extra launch lost instead (1.59x against 0.99x). H200,
-// bench/results/backward_timing_h200*.csv; the crossover in between was not measured.
-constexpr std::int64_t kCopyPaysFromElements = std::int64_t{1} << 20;
-bool slices_lose(const Problem& f) { return f.H < 128 && f.B * f.RH >= kCopyPaysFromElements; }
+// Whether one GEMM plus a copy (x into its concatenation, or gradients.x out of a (B, R*H)
+// scratch) beats R GEMMs of the slices in one batched call. Measured on an H200 with every form
+// forced (`backward_timing --forms`, bench/results/backward_forms_h200.csv: contiguous x, H 32 to
+// 128, R 4 and 16, B 12 to 16384, K 512 and 4096):
+// - float32: cuBLASLt's batched kernels lost badly (gradients.x up to 14x, gradients.weight up
+//   to 9x slower than the copy), while the copy cost at most 1.1x (gradients.x) or, from 2^16
+//   elements of x, 1.22x (gradients.weight); but gradients.weight's batches of full-width slices
+//   (H >= 128) won by up to 5% from K = 1024 (K = 1024 in backward_timing_h200.csv). Below
+//   K = 512 (gradients.x: the reduction's depth) only the seed problem was measured, where the
+//   batch won (backward_timing_h200.csv).
+// - 16-bit: batches won while the copy's extra launch mattered; narrow slices (H < 128) lost
+//   from 2^17 elements with K >= 2048, and from 2^21 elements with any K.
+// With this rule the chosen form was within 1.23x of the better one on every shape (mean 1.01 to
+// 1.02x) except one float32 GEMM that cuBLASLt ran slowly either way.
+bool copy_beats_slices(const Problem& f, bool input_gradient) {
+  const std::int64_t x_elements = f.B * f.RH;
+  if (f.dtype == DType::float32)
+    return input_gradient ? f.K >= 512 : x_elements >= (std::int64_t{1} << 16) && (f.H < 128 || f.K < 1024);
+  return f.H < 128 && x_elements >= (std::int64_t{1} << 17) &&
+         (f.K >= 2048 || x_elements >= (std::int64_t{1} << 21));
+}
 
 InputGradientForm input_gradient_form(const BackwardProblem& p) {
   const Problem& f = p.forward;
@@ -141,7 +149,7 @@ InputGradientForm input_gradient_form(const BackwardProblem& p) {
   const bool h_unit = f.H == 1 || p.grad_x_stride_h == 1;
   // Distinct elements (validated) put a unit-stride h's neighbours, b or r, at least H apart.
   if (h_unit && (f.R == 1 || p.grad_x_stride_r == f.H)) return InputGradientForm::side_by_side;
-  if (slices_lose(f)) return InputGradientForm::split;
+  if (copy_beats_slices(f, /*input_gradient=*/true)) return InputGradientForm::split;
   if (h_unit) return InputGradientForm::slices_h_unit;
   if (f.B == 1 || p.grad_x_stride_b == 1) return InputGradientForm::slices_b_unit;
   return InputGradientForm::split;
@@ -154,7 +162,7 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
   const bool h_unit = (f.H == 1 || f.x_stride_h == 1) && (f.B == 1 || f.x_stride_b >= f.H);
   if (h_unit && (f.R == 1 || f.x_stride_r == f.H) && (f.B == 1 || f.x_stride_b >= f.RH))
     return WeightGradientForm::side_by_side;
-  if (slices_lose(f)) return WeightGradientForm::concatenated;
+  if (copy_beats_slices(f, /*input_gradient=*/false)) return WeightGradientForm::concatenated;
   if (h_unit) return WeightGradientForm::slices_h_unit;
   if ((f.B == 1 || f.x_stride_b == 1) && (f.H == 1 || f.x_stride_h >= f.B)) return WeightGradientForm::slices_b_unit;
   return WeightGradientForm::concatenated;
@@ -166,43 +174,11 @@ bool weight_needs_copy(const Problem& f) { return f.K > 1 && f.weight_stride_k <
 
 std::int64_t column_sum_splits(const Problem& f) { return (f.B + kSumRows - 1) / kSumRows; }
 
-std::size_t round_up_to_256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// Scratch: cuBLASLt's, then x's concatenation, then gradients.x as one (B, R*H) matrix before
-// its split, then the weight's copy, then the partial column sums, each on a 256-byte boundary;
-// only the parts this problem uses.
-struct ScratchLayout {
-  std::size_t concatenation = 0, unsplit = 0, weight_copy = 0, partial = 0, total = 0;
-};
-
-ScratchLayout scratch_layout(const BackwardProblem& p) {
-  const Problem& f = p.forward;
-  const std::size_t element = dtype_size(f.dtype);
-  const bool input_gemm = p.grad_x != nullptr && input_gradient_form(p) != InputGradientForm::zero;
-  const bool gemm = input_gemm || (p.grad_weight != nullptr && weight_gradient_form(p) != WeightGradientForm::zero);
-  ScratchLayout s;
-  std::size_t at = gemm ? kGemmWorkspaceBytes : 0;
-  s.concatenation = at;
-  if (p.grad_weight != nullptr && weight_gradient_form(p) == WeightGradientForm::concatenated)
-    at += round_up_to_256(static_cast<std::size_t>(f.B * f.RH) * element);
-  s.unsplit = at;
-  if (p.grad_x != nullptr && input_gradient_form(p) == InputGradientForm::split)
-    at += round_up_to_256(static_cast<std::size_t>(f.R * f.B * f.H) * element);
-  s.weight_copy = at;
-  if (input_gemm && weight_needs_copy(f)) at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
-  s.partial = at;
-  if (p.grad_bias != nullptr && column_sum_splits(f) > 1)
-    at += round_up_to_256(static_cast<std::size_t>(column_sum_splits(f) * f.K) * sizeof(float));
-  s.total = at;
-  return s;
-}
-
 // ---- the three gradients ---------------------------------------------------------------
 
-void input_gradient(const BackwardProblem& p, bool tf32, std::byte* scratch, const ScratchLayout& layout,
-                    CudaStream stream) {
+void input_gradient(const BackwardProblem& p, InputGradientForm form, bool tf32, std::byte* scratch,
+                    const ScratchLayout& layout, CudaStream stream) {
   const Problem& f = p.forward;
-  const InputGradientForm form = input_gradient_form(p);
   if (form == InputGradientForm::zero) {
     zero(p.grad_x, {f.R, f.B, f.H, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h}, f, stream);
     return;
@@ -248,26 +224,23 @@ void input_gradient(const BackwardProblem& p, bool tf32, std::byte* scratch, con
   if (form == InputGradientForm::split)
     visit_device_dtype(f.dtype, [&]<class T>() {
       constexpr int kVec = kVec16<T>;
-      const auto divisible = [](std::int64_t stride, std::int64_t extent) { return extent <= 1 || stride % kVec == 0; };
-      const bool vectorizable = f.H % kVec == 0 && (f.H == 1 || p.grad_x_stride_h == 1) &&
-                                divisible(p.grad_x_stride_r, f.R) && divisible(p.grad_x_stride_b, f.B) &&
-                                aligned_to(p.grad_x, 16);
+      const bool vectorizable = slices_vectorizable(p.grad_x, f.R, f.B, f.H, p.grad_x_stride_r, p.grad_x_stride_b,
+                                                    p.grad_x_stride_h, kVec);
       const auto* in = static_cast<const T*>(out);
       auto* grad_x = static_cast<T*>(p.grad_x);
       if (vectorizable)
-        split_kernel<T, kVec><<<grid_for(f.B * f.RH / kVec, f.device.index), 256, 0, stream>>>(
+        split_kernel<T, kVec><<<grid_stride_blocks(f.B * f.RH / kVec, f.device.index), 256, 0, stream>>>(
             in, f.B, f.H, f.RH, grad_x, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h);
       else
-        split_kernel<T, 1><<<grid_for(f.B * f.RH, f.device.index), 256, 0, stream>>>(
+        split_kernel<T, 1><<<grid_stride_blocks(f.B * f.RH, f.device.index), 256, 0, stream>>>(
             in, f.B, f.H, f.RH, grad_x, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h);
       check_launch("split_kernel");
     });
 }
 
-void weight_gradient(const BackwardProblem& p, bool tf32, std::byte* scratch, const ScratchLayout& layout,
-                     CudaStream stream) {
+void weight_gradient(const BackwardProblem& p, WeightGradientForm form, bool tf32, std::byte* scratch,
+                     const ScratchLayout& layout, CudaStream stream) {
   const Problem& f = p.forward;
-  const WeightGradientForm form = weight_gradient_form(p);
   if (form == WeightGradientForm::zero) {
     zero(p.grad_weight, {1, f.K, f.RH, 0, p.grad_weight_stride_k, 1}, f, stream);
     return;
@@ -325,9 +298,38 @@ void bias_gradient(const BackwardProblem& p, std::byte* scratch, const ScratchLa
 
 }  // namespace
 
-std::size_t backward_workspace_bytes(const BackwardProblem& p) { return scratch_layout(p).total; }
+BackwardForms choose_forms(const BackwardProblem& p) {
+  BackwardForms forms;
+  if (p.grad_x != nullptr) forms.input = input_gradient_form(p);
+  if (p.grad_weight != nullptr) forms.weight = weight_gradient_form(p);
+  return forms;
+}
 
-void run_backward(const BackwardProblem& p, const Options& options, Workspace workspace, CudaStream stream) {
+BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms) {
+  const Problem& f = p.forward;
+  const std::size_t element = dtype_size(f.dtype);
+  const bool input_gemm = p.grad_x != nullptr && forms.input != InputGradientForm::zero;
+  const bool weight_gemm = p.grad_weight != nullptr && forms.weight != WeightGradientForm::zero;
+  BackwardPlan plan{.forms = forms};
+  ScratchLayout& s = plan.scratch;
+  std::size_t at = input_gemm || weight_gemm ? kGemmWorkspaceBytes : 0;
+  s.concatenation = at;
+  if (weight_gemm && forms.weight == WeightGradientForm::concatenated)
+    at += round_up_to_256(static_cast<std::size_t>(f.B * f.RH) * element);
+  s.unsplit = at;
+  if (input_gemm && forms.input == InputGradientForm::split)
+    at += round_up_to_256(static_cast<std::size_t>(f.R * f.B * f.H) * element);
+  s.weight_copy = at;
+  if (input_gemm && weight_needs_copy(f)) at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
+  s.partial = at;
+  if (p.grad_bias != nullptr && column_sum_splits(f) > 1)
+    at += round_up_to_256(static_cast<std::size_t>(column_sum_splits(f) * f.K) * sizeof(float));
+  s.total = at;
+  return plan;
+}
+
+void run_backward(const BackwardProblem& p, const BackwardPlan& plan, const Options& options, Workspace workspace,
+                  CudaStream stream) {
   // cuBLASLt's extents are 32-bit: refused here, before anything is enqueued, rather than by a
   // GEMM after another gradient has been written.
   constexpr std::int64_t kMaxExtent = 0x7fffffff;
@@ -337,11 +339,18 @@ void run_backward(const BackwardProblem& p, const Options& options, Workspace wo
                 "the CUDA backward needs B, K and R*H below 2^31, got B = " + std::to_string(f.B) +
                     ", K = " + std::to_string(f.K) + ", R*H = " + std::to_string(f.RH));
   const bool tf32 = options.fp32_precision == Fp32Precision::tf32;
-  const ScratchLayout layout = scratch_layout(p);
   auto* scratch = static_cast<std::byte*>(workspace.data);
-  if (p.grad_x) input_gradient(p, tf32, scratch, layout, stream);
-  if (p.grad_weight) weight_gradient(p, tf32, scratch, layout, stream);
-  if (p.grad_bias) bias_gradient(p, scratch, layout, stream);
+  if (p.grad_x) input_gradient(p, plan.forms.input, tf32, scratch, plan.scratch, stream);
+  if (p.grad_weight) weight_gradient(p, plan.forms.weight, tf32, scratch, plan.scratch, stream);
+  if (p.grad_bias) bias_gradient(p, scratch, plan.scratch, stream);
+}
+
+std::size_t backward_workspace_bytes(const BackwardProblem& p) {
+  return plan_backward(p, choose_forms(p)).scratch.total;
+}
+
+void run_backward(const BackwardProblem& p, const Options& options, Workspace workspace, CudaStream stream) {
+  run_backward(p, plan_backward(p, choose_forms(p)), options, workspace, stream);
 }
 
 }  // namespace gather_linear::cuda

@@ -1,11 +1,15 @@
-// Device element types for each dtype, float conversions, and 16-byte vector loads.
+// Device element types for each dtype, float conversions, 16-byte vector loads, and what the
+// grid-stride copy kernels share (vectorization test, grid size, scratch alignment).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
+#include "cuda/device_info.hpp"
 #include "gather_linear/tensor_view.hpp"
 
 namespace gather_linear::cuda {
@@ -48,20 +52,35 @@ template <class F> decltype(auto) visit_device_dtype(DType dtype, F&& f) {
 
 inline bool aligned_to(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
+// True when an (R, B, H) view with unit stride in h can move in groups of n elements: every
+// group starting at a multiple of n lies in one slice, and starts on a 16-byte boundary.
+inline bool slices_vectorizable(const void* data, std::int64_t R, std::int64_t B, std::int64_t H,
+                                std::int64_t stride_r, std::int64_t stride_b, std::int64_t stride_h, int n) {
+  const auto divisible = [n](std::int64_t stride, std::int64_t extent) { return extent <= 1 || stride % n == 0; };
+  return H % n == 0 && (stride_h == 1 || H == 1) && divisible(stride_r, R) && divisible(stride_b, B) &&
+         aligned_to(data, 16);
+}
+
+// Blocks of 256 threads for a grid-stride loop over `items`: enough to fill the device, no more.
+inline unsigned grid_stride_blocks(std::int64_t items, int device) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>((items + 255) / 256, 1, 16 * multiprocessor_count(device)));
+}
+
+// Parts of one scratch buffer each start on a 256-byte boundary (cuBLASLt's preference, and
+// enough for 16-byte vector accesses).
+inline std::size_t round_up_to_256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 }  // namespace gather_linear::cuda
 
 #include "core/problem.hpp"
 
 namespace gather_linear::cuda {
 
-// True when every group of n consecutive reduction indices starting at a multiple of n lies
-// in one slice of x, contiguous and 16-byte aligned there and in each weight row: then the
-// gathered operand and the weight can be read with 16-byte loads.
+// True when x's slices can be read in groups of n (slices_vectorizable) and so can each weight
+// row: then the gathered operand and the weight can be read with 16-byte loads.
 inline bool gather_vectorizable(const Problem& p, int n) {
-  const auto divisible = [n](std::int64_t stride, std::int64_t extent) { return extent <= 1 || stride % n == 0; };
-  return p.H % n == 0 && (p.x_stride_h == 1 || p.H == 1) && divisible(p.x_stride_r, p.R) &&
-         divisible(p.x_stride_b, p.B) && divisible(p.weight_stride_k, p.K) && aligned_to(p.x, 16) &&
-         aligned_to(p.weight, 16);
+  return slices_vectorizable(p.x, p.R, p.B, p.H, p.x_stride_r, p.x_stride_b, p.x_stride_h, n) &&
+         (p.K <= 1 || p.weight_stride_k % n == 0) && aligned_to(p.weight, 16);
 }
 
 // The operands and element strides every fused kernel reads: one block of its kernel parameters.

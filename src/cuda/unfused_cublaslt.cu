@@ -11,7 +11,6 @@
 // concatenation: one buffer shared by every stream would let two streams' GEMMs race on it.
 #include <cublasLt.h>
 
-#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
@@ -21,7 +20,6 @@
 
 #include "core/kernel_registry.hpp"
 #include "cuda/cuda_check.hpp"
-#include "cuda/device_info.hpp"
 #include "cuda/device_types.cuh"
 #include "cuda/unfused_cublaslt.hpp"
 
@@ -47,12 +45,6 @@ __global__ void concatenate_kernel(const T* __restrict__ x, std::int64_t x_strid
   }
 }
 
-bool concatenation_vectorizable(const Problem& p, int n) {
-  const auto divisible = [n](std::int64_t stride, std::int64_t extent) { return extent <= 1 || stride % n == 0; };
-  return p.H % n == 0 && (p.x_stride_h == 1 || p.H == 1) && divisible(p.x_stride_r, p.R) &&
-         divisible(p.x_stride_b, p.B) && aligned_to(p.x, 16);
-}
-
 template <class T>
 __global__ void broadcast_bias_kernel(const T* __restrict__ bias, std::int64_t B, std::int64_t K,
                                       std::int64_t y_stride_b, T* __restrict__ y) {
@@ -61,10 +53,6 @@ __global__ void broadcast_bias_kernel(const T* __restrict__ bias, std::int64_t B
     const std::int64_t b = i / K, k = i - b * K;
     y[b * y_stride_b + k] = bias ? bias[k] : from_float<T>(0.f);
   }
-}
-
-unsigned grid_for(std::int64_t items, int device) {
-  return static_cast<unsigned>(std::clamp<std::int64_t>((items + 255) / 256, 1, 16 * multiprocessor_count(device)));
 }
 
 // ---- cuBLASLt ---------------------------------------------------------------------------
@@ -143,11 +131,11 @@ void concatenate(const Problem& p, void* out, CudaStream stream) {
     const T* x = static_cast<const T*>(p.x);
     T* dst = static_cast<T*>(out);
     constexpr int kVec = kVec16<T>;
-    if (concatenation_vectorizable(p, kVec))
-      concatenate_kernel<T, kVec><<<grid_for(p.B * p.RH / kVec, p.device.index), 256, 0, stream>>>(
+    if (slices_vectorizable(p.x, p.R, p.B, p.H, p.x_stride_r, p.x_stride_b, p.x_stride_h, kVec))
+      concatenate_kernel<T, kVec><<<grid_stride_blocks(p.B * p.RH / kVec, p.device.index), 256, 0, stream>>>(
           x, p.x_stride_r, p.x_stride_b, p.x_stride_h, p.B, p.H, p.RH, dst);
     else
-      concatenate_kernel<T, 1><<<grid_for(p.B * p.RH, p.device.index), 256, 0, stream>>>(
+      concatenate_kernel<T, 1><<<grid_stride_blocks(p.B * p.RH, p.device.index), 256, 0, stream>>>(
           x, p.x_stride_r, p.x_stride_b, p.x_stride_h, p.B, p.H, p.RH, dst);
     check_launch("concatenate_kernel");
   });
@@ -157,7 +145,7 @@ void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precis
                           CudaStream stream) {
   if (p.RH == 0) {  // no GEMM: y is the broadcast bias (or zeros)
     visit_device_dtype(p.dtype, [&]<class T>() {
-      broadcast_bias_kernel<T><<<grid_for(p.B * p.K, p.device.index), 256, 0, stream>>>(
+      broadcast_bias_kernel<T><<<grid_stride_blocks(p.B * p.K, p.device.index), 256, 0, stream>>>(
           static_cast<const T*>(p.bias), p.B, p.K, p.y_stride_b, static_cast<T*>(p.y));
       check_launch("broadcast_bias_kernel");
     });
@@ -182,8 +170,6 @@ namespace {
 // such a bias as it is (2 and 4 bytes off, measured), but its documentation promises nothing,
 // and a fault there would be sticky: the copy is cheap insurance for other GPUs and versions.
 bool bias_needs_copy(const Problem& p) { return p.bias != nullptr && p.RH > 0 && !aligned_to(p.bias, 16); }
-
-std::size_t round_up_to_256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // The workspace holds the concatenation, then the bias's aligned copy (where one is needed), then
 // cuBLASLt's scratch, each starting on a 256-byte boundary.

@@ -1,0 +1,49 @@
+// The CUDA backward's plan: which form each gradient GEMM takes, and where its scratch goes.
+// run_backward() (core/kernel_registry.hpp) plans and runs; bench/backward_forms.cu runs a plan
+// whose forms it forces, to measure where one form beats another.
+#pragma once
+
+#include <cstddef>
+
+#include "core/problem.hpp"
+#include "gather_linear/gather_linear.hpp"
+
+namespace gather_linear::cuda {
+
+// How gradients.x is written:
+//   side_by_side   its slices side by side (the gradient of a head-major x): one GEMM in place;
+//   slices_h_unit  R GEMMs in one batched call, each writing a slice with unit stride in h;
+//   slices_b_unit  the same, each writing a slice with unit stride in b;
+//   split          one GEMM into a (B, R*H) scratch, then split into place.
+enum class InputGradientForm { zero, side_by_side, slices_h_unit, slices_b_unit, split };
+// How gradients.weight reads x: in place (side_by_side, or batched slices with a unit stride in h
+// or b), or from a concatenation of x made in scratch first.
+enum class WeightGradientForm { zero, side_by_side, concatenated, slices_h_unit, slices_b_unit };
+
+struct BackwardForms {
+  InputGradientForm input = InputGradientForm::zero;    // only meaningful where gradients.x is requested
+  WeightGradientForm weight = WeightGradientForm::zero;  // only where gradients.weight is
+};
+
+// Offsets into the scratch: cuBLASLt's, then x's concatenation, then gradients.x as one
+// (B, R*H) matrix before its split, then the weight's copy, then the partial column sums, each
+// on a 256-byte boundary; only the parts the forms use.
+struct ScratchLayout {
+  std::size_t concatenation = 0, unsplit = 0, weight_copy = 0, partial = 0, total = 0;
+};
+
+struct BackwardPlan {
+  BackwardForms forms;
+  ScratchLayout scratch;
+};
+
+// The forms the library chooses for these arguments.
+BackwardForms choose_forms(const BackwardProblem& p);
+// The plan for the given forms, which must suit the problem's layouts (choose_forms' do).
+BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms);
+
+// Enqueues the requested gradients on `stream`; `workspace` holds plan.scratch.total bytes.
+void run_backward(const BackwardProblem& p, const BackwardPlan& plan, const Options& options, Workspace workspace,
+                  CudaStream stream);
+
+}  // namespace gather_linear::cuda
