@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Ways to compose the operator's backward from ATen ops (GPU), to choose the ones
-python/csrc/autograd.cpp uses. For x (R, B, H), weight (K, R*H) and dY (B, K):
+"""Ways to compose the operator's backward from ATen ops, against the library's backward (the
+gather_linear::backward op, which python/csrc/autograd.cpp calls). For x (R, B, H), weight
+(K, R*H) and dY (B, K):
 
 grad_x, dX[r] = dY @ W[:, r*H:(r+1)*H]:
 - gemm_view:   one GEMM, dY @ W (B, R*H), returned as its (R, B, H) view: laid out (B, R, H).
@@ -9,6 +10,10 @@ grad_x, dX[r] = dY @ W[:, r*H:(r+1)*H]:
 grad_weight, dW[:, r*H:(r+1)*H] = dY^T @ x[r]:
 - cat_gemm:    x concatenated to (B, R*H) (a copy unless x is head-major), then one GEMM.
 - bmm_strided: R GEMMs in one batched call, written in place into dW's (K, R*H) storage.
+each also by the op alone ("op"), and all three gradients (with db = sum_b dY):
+- aten:        what autograd.cpp composed before it called the op: gemm_view, and on the GPU
+               bmm_strided unless x is head-major or H < 128 and K > 2048, else cat_gemm;
+- op:          one call of the op.
 
 Two layouts of x: contiguous (R, B, H) (e.g. R feature tensors stacked) and head-major (a
 (B, R, H) buffer viewed as (R, B, H), e.g. attention heads before the output projection). Each variant runs back to
@@ -20,7 +25,10 @@ On the CPU (--device cpu) smaller float32 shapes run, timed by the wall clock.
 """
 
 import argparse
+
 import torch
+
+import gather_linear  # noqa: F401  (registers the op)
 
 from torch_bench import device_name, median_us, rotating_set_count, timer_for, write_csv
 
@@ -76,10 +84,32 @@ def grad_weight_bmm_strided(x, weight, grad_y):
     return grad_weight
 
 
+def op(x, weight, grad_y, output_mask):
+    # x is passed only where the weight's gradient reads it and weight only where x's does.
+    return torch.ops.gather_linear.backward(grad_y, x if output_mask[1] else None, weight if output_mask[0] else None,
+                                            list(x.shape), output_mask)
+
+
+def everything_aten(x, weight, grad_y):
+    R, B, H = x.shape
+    in_place = x.is_cuda and not x.transpose(0, 1).is_contiguous() and not (H < 128 and grad_y.shape[1] > 2048)
+    grad_weight = (grad_weight_bmm_strided if in_place else grad_weight_cat_gemm)(x, weight, grad_y)
+    return grad_x_gemm_view(x, weight, grad_y), grad_weight, grad_y.sum(0)
+
+
 VARIANTS = {
-    "grad_x": {"gemm_view": grad_x_gemm_view, "gemm_copy": grad_x_gemm_copy, "bmm": grad_x_bmm},
-    "grad_weight": {"cat_gemm": grad_weight_cat_gemm, "bmm_strided": grad_weight_bmm_strided},
+    "grad_x": {"gemm_view": grad_x_gemm_view, "gemm_copy": grad_x_gemm_copy, "bmm": grad_x_bmm,
+               "op": lambda x, weight, grad_y: op(x, weight, grad_y, [True, False, False])[0]},
+    "grad_weight": {"cat_gemm": grad_weight_cat_gemm, "bmm_strided": grad_weight_bmm_strided,
+                    "op": lambda x, weight, grad_y: op(x, weight, grad_y, [False, True, False])[0]},
+    "all": {"aten": everything_aten, "op": lambda x, weight, grad_y: op(x, weight, grad_y, [True, True, True])},
 }
+
+
+def disagreement(got, want):
+    """max |got - want| / max |want| over the gradients (one tensor or a sequence of them)."""
+    pairs = zip(got, want) if isinstance(want, (list, tuple)) else [(got, want)]
+    return max((g.double() - w.double()).abs().max().item() / w.double().abs().max().item() for g, w in pairs)
 
 
 def input_sets(R, B, H, K, dtype, layout, device):
@@ -113,9 +143,9 @@ def main():
             calls = max(20 if on_gpu else 2, int((2e12 if on_gpu else 2e10) / (2 * B * K * R * H)))
             for gradient in args.gradients:
                 variants = VARIANTS[gradient]
-                reference = variants[next(iter(variants))](*sets[0]).double()
+                reference = variants[next(iter(variants))](*sets[0])
                 for name, fn in variants.items():
-                    error = (fn(*sets[0]).double() - reference).abs().max().item() / reference.abs().max().item()
+                    error = disagreement(fn(*sets[0]), reference)
                     assert error < 2e-2, f"{gradient} {name} disagrees on {(R, B, H, K)}: {error:.2e}"
                     timer(fn, sets, len(sets))  # warm-up
                 medians = median_us({name: (fn, sets) for name, fn in variants.items()}, args.rounds, calls, timer)

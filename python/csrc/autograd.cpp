@@ -1,16 +1,23 @@
 // Autograd for gather_linear::forward, in C++. A Python formula (torch.library.register_autograd)
 // costs tens of microseconds of interpreter time per call with gradients enabled, more than the
 // whole forward of a small problem; this kernel costs about as much as an ATen op's autograd.
-// The backward is composed of ATen operations (GEMMs and a sum) until fused backward kernels exist:
+// On the GPU the backward is the library's, through the gather_linear::backward op: one call for
+// all the requested gradients, each one cuBLASLt GEMM (with a copy of x or of dX where that
+// measured faster; docs/PERFORMANCE.md). Elsewhere it composes ATen ops:
 //   dX[r, b, h] = sum_k dY[b, k] W[k, r*H + h]      dW = dY^T cat(x)      db = sum_b dY[b, :]
-// The choices between ways of composing them were measured on an H200 (bench/backward_variants.py,
-// docs/PERFORMANCE.md "Backward").
+// - on the CPU, where the library's CPU backward took 0.99-1.43x the time of ATen's GEMMs (MKL),
+//   slower on 7 of 8 shapes (2-core VM, bench/results/backward_variants_op_cpu.csv);
+// - in a double backward (create_graph=True: grad mode on inside the backward), which must
+//   differentiate the backward itself, as the op cannot.
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/FuncTorchTLS.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <array>
 #include <optional>
+#include <vector>
 
 #include "tensor_views.hpp"
 
@@ -19,35 +26,31 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// dX as one GEMM, dY W (B, R*H), returned as its (R, B, H) view: laid out (B, R, H), whatever x's
-// layout. Writing it in x's (R, B, H) order for a contiguous x cost 1.08-1.71x (a copy after the
-// GEMM) or 0.99-2.15x (R batched GEMMs), so a consumer that needs that order pays for it itself.
-at::Tensor input_gradient(const at::Tensor& grad_y, const at::Tensor& weight, const c10::SymInt& R,
-                          const c10::SymInt& B, const c10::SymInt& H) {
-  return grad_y.matmul(weight).view_symint({B, R, H}).transpose(0, 1);
+using BackwardSignature = std::vector<at::Tensor>(const at::Tensor&, const std::optional<at::Tensor>&,
+                                                  const std::optional<at::Tensor>&, c10::SymIntArrayRef,
+                                                  std::array<bool, 3>);
+
+const c10::TypedOperatorHandle<BackwardSignature>& backward_operator() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("gather_linear::backward", "").typed<BackwardSignature>();
+  return op;
 }
 
-// dW = dY^T cat(x). The concatenation is a view of x when x is laid out (B, R, H) (head-major),
-// and a copy of x otherwise. On the GPU R GEMMs in one batched call, dW[:, r*H:(r+1)*H] = dY^T x[r]
-// written straight into dW's columns, avoid that copy and took 0.55-0.95x its time (1.01x on one
-// shape), except with narrow slices and a long output (H < 128 and K > 2048: 1.17-1.86x). On the
-// CPU (2-core VM) the copy won.
-// Writing into dW's columns is an out= call on a view, which neither differentiates (a double
-// backward runs with grad mode on) nor survives functionalization (torch.compile traces tensor
-// subclasses): those keep the concatenation.
-at::Tensor weight_gradient(const at::Tensor& grad_y, const at::Tensor& x, const c10::SymInt& R, const c10::SymInt& B,
-                           const c10::SymInt& H) {
-  const c10::SymInt K = grad_y.sym_size(1);
-  const bool concatenation_is_a_view = x.transpose(0, 1).is_contiguous_or_false();
-  const bool traced_or_differentiated =
-      at::GradMode::is_enabled() ||
-      x.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
-  if (concatenation_is_a_view || !x.is_cuda() || traced_or_differentiated || (H < 128 && K > 2048))
-    return grad_y.t().matmul(x.transpose(0, 1).reshape_symint({B, R * H}));
-  at::Tensor grad_weight = at::empty_symint({K, R * H}, grad_y.options());
-  at::Tensor slices = grad_weight.view_symint({K, R, H}).transpose(0, 1);
-  at::bmm_out(slices, grad_y.t().expand_symint({R, K, B}), x);
-  return grad_weight;
+std::optional<at::Tensor> if_defined(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+
+// The composed formulas, differentiable. dX as one GEMM, dY W (B, R*H), returned as its
+// (R, B, H) view laid out (B, R, H) like the op's; dW on the concatenation (a view of a
+// head-major x, a copy otherwise).
+variable_list composed_gradients(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& weight,
+                                       const c10::SymInt& R, const c10::SymInt& B, const c10::SymInt& H,
+                                       std::array<bool, 3> wanted) {
+  variable_list gradients(3);
+  if (wanted[0]) gradients[0] = grad_y.matmul(weight).view_symint({B, R, H}).transpose(0, 1);
+  if (wanted[1]) gradients[1] = grad_y.t().matmul(x.transpose(0, 1).reshape_symint({B, R * H}));
+  if (wanted[2]) gradients[2] = grad_y.sum(0);
+  return gradients;
 }
 
 at::Tensor forward_below_autograd(const at::Tensor& x, const at::Tensor& weight,
@@ -79,11 +82,17 @@ class GatherLinearFunction : public torch::autograd::Function<GatherLinearFuncti
     const at::Tensor& grad_y = grad_outputs[0];
     const c10::SymInt R = ctx->saved_data["R"].toSymInt(), B = ctx->saved_data["B"].toSymInt(),
                       H = ctx->saved_data["H"].toSymInt();
-    at::Tensor grad_x, grad_weight, grad_bias;
-    if (ctx->needs_input_grad(0)) grad_x = input_gradient(grad_y, weight, R, B, H);
-    if (ctx->needs_input_grad(1)) grad_weight = weight_gradient(grad_y, x, R, B, H);
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) grad_bias = grad_y.sum(0);
-    return {grad_x, grad_weight, grad_bias};
+    const std::array<bool, 3> wanted = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                        ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)};
+    if (at::GradMode::is_enabled() || !grad_y.is_cuda())
+      return composed_gradients(grad_y, x, weight, R, B, H, wanted);
+    const std::vector<at::Tensor> computed =
+        backward_operator().call(grad_y, if_defined(x), if_defined(weight), {R, B, H}, wanted);
+    variable_list gradients(3);
+    auto next = computed.begin();
+    for (std::size_t i = 0; i < 3; ++i)
+      if (wanted[i]) gradients[i] = *next++;
+    return gradients;
   }
 };
 

@@ -96,6 +96,70 @@ ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
   return args;
 }
 
+BackwardArguments prepare_backward(const at::Tensor& grad_y, const std::optional<at::Tensor>& x,
+                                   const std::optional<at::Tensor>& weight, at::IntArrayRef x_size,
+                                   std::array<bool, 3> output_mask, const Options& options) {
+  TORCH_CHECK_VALUE(x_size.size() == 3, "x_size: expected (R, B, H), got ", x_size.size(), " sizes");
+  const std::int64_t R = x_size[0], B = x_size[1], H = x_size[2];
+  const bool has_x = x.has_value() && x->defined(), has_weight = weight.has_value() && weight->defined();
+  TORCH_CHECK_VALUE(has_x || !output_mask[1], "x: needed for the gradient of weight (output_mask[1]), got None");
+  TORCH_CHECK_VALUE(has_weight || !output_mask[0], "weight: needed for the gradient of x (output_mask[0]), got None");
+  BackwardArguments args;
+  // grad_y as autograd hands it over may be expanded (the gradient of a sum) or transposed: the
+  // library takes rows with unit inner stride that do not overlap.
+  const bool grad_y_usable = grad_y.dim() != 2 || ((grad_y.size(1) <= 1 || grad_y.stride(1) == 1) &&
+                                                   (grad_y.size(0) <= 1 || grad_y.stride(0) >= grad_y.size(1)));
+  args.grad_y = grad_y_usable ? grad_y : grad_y.contiguous();
+  args.grad_y_view = input_view(args.grad_y, "grad_y");
+  // An absent input is described by its shape alone, with grad_y's dtype and device.
+  const auto shape_only = [&](at::IntArrayRef sizes, const char* name) {
+    TensorView view;  // data stays null
+    view.dtype = to_dtype(args.grad_y.scalar_type(), name);
+    view.device = to_device(args.grad_y.device(), name);
+    view.rank = static_cast<int>(sizes.size());
+    std::int64_t stride = 1;
+    for (int d = view.rank - 1; d >= 0; --d) {
+      view.sizes[static_cast<std::size_t>(d)] = sizes[static_cast<std::size_t>(d)];
+      view.strides[static_cast<std::size_t>(d)] = stride;
+      stride *= std::max<std::int64_t>(sizes[static_cast<std::size_t>(d)], 1);
+    }
+    return view;
+  };
+  const std::int64_t K = args.grad_y.dim() == 2 ? args.grad_y.size(1) : 0;
+  if (has_x) {
+    args.x = *x;
+    args.x_view = input_view(args.x, "x");
+  } else {
+    args.x_view = shape_only(x_size, "x");
+  }
+  if (has_weight) {
+    args.weight = needs_unit_inner_stride(*weight) ? weight->contiguous() : *weight;
+    args.weight_view = input_view(args.weight, "weight");
+  } else {
+    args.weight_view = shape_only({K, R * H}, "weight");
+  }
+  // Every argument checked (the inputs only: no gradient is requested) before anything is
+  // allocated; backward() then checks the gradients as well.
+  backward_workspace_bytes(args.grad_y_view, args.x_view, args.weight_view, Gradients{}, options);
+  const at::TensorOptions like_grad_y = args.grad_y.options();
+  if (output_mask[0]) {
+    at::Tensor grad_x = at::empty({B, R, H}, like_grad_y).transpose(0, 1);
+    args.gradient_views.x = view_of(grad_x, grad_x.mutable_data_ptr(), "gradients.x");
+    args.gradients.push_back(std::move(grad_x));
+  }
+  if (output_mask[1]) {
+    at::Tensor grad_weight = at::empty({K, R * H}, like_grad_y);
+    args.gradient_views.weight = view_of(grad_weight, grad_weight.mutable_data_ptr(), "gradients.weight");
+    args.gradients.push_back(std::move(grad_weight));
+  }
+  if (output_mask[2]) {
+    at::Tensor grad_bias = at::empty({K}, like_grad_y);
+    args.gradient_views.bias = view_of(grad_bias, grad_bias.mutable_data_ptr(), "gradients.bias");
+    args.gradients.push_back(std::move(grad_bias));
+  }
+  return args;
+}
+
 const c10::TypedOperatorHandle<ForwardSignature>& forward_operator() {
   static const auto op =
       c10::Dispatcher::singleton().findSchemaOrThrow("gather_linear::forward", "").typed<ForwardSignature>();

@@ -6,8 +6,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <array>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "gather_linear/gather_linear.hpp"
 
@@ -27,6 +29,22 @@ struct ForwardArguments {
 // messages) and allocates y.
 ForwardArguments prepare_forward(const at::Tensor& x, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias);
+
+// The views of one backward call (gather_linear::backward, the op) and the gradients it returns.
+struct BackwardArguments {
+  std::vector<at::Tensor> gradients;  // the requested ones, in the order x, weight, bias
+  at::Tensor grad_y, x, weight;       // what the views point into (grad_y and weight as the library needs them)
+  TensorView grad_y_view, x_view, weight_view;
+  Gradients gradient_views;
+};
+
+// Views grad_y, x and weight (an absent x or weight, which no requested gradient reads, as a
+// shape without data; grad_y and weight copied where their strides are not ones the library
+// takes), validates them (the library's checks and messages, under `options`) and allocates the
+// requested gradients: x's laid out (B, R, H), the layout one GEMM writes, whatever x's.
+BackwardArguments prepare_backward(const at::Tensor& grad_y, const std::optional<at::Tensor>& x,
+                                   const std::optional<at::Tensor>& weight, at::IntArrayRef x_size,
+                                   std::array<bool, 3> output_mask, const Options& options);
 
 // gather_linear::forward as registered, for the kernels that call it again below their own
 // dispatch key (autograd, autocast).

@@ -1,11 +1,11 @@
-"""The operator torch.ops.gather_linear.forward: its kernels (C++, loaded here), its fake kernel and
-batching rule (here, in Python), and the Python autograd.Function torch.func transforms and
-forward-mode AD run it through.
+"""The operators torch.ops.gather_linear.forward and .backward: their kernels (C++, loaded here),
+their fake kernels and forward's batching rule (here, in Python), and the Python
+autograd.Function torch.func transforms and forward-mode AD run forward through.
 
-The C++ library (libgather_linear_torch.so) registers the schema, the CPU and CUDA kernels and the
-autograd kernel (python/csrc/autograd.cpp: in C++ because a Python autograd formula costs more per
-call than a small problem's whole forward); it names this module as the home of the fake kernel
-(m.set_python_module), so the fake kernel must stay here.
+The C++ library (libgather_linear_torch.so) registers the schemas, the CPU and CUDA kernels and
+forward's autograd kernel (python/csrc/autograd.cpp: in C++ because a Python autograd formula
+costs more per call than a small problem's whole forward), which calls backward; it names this
+module as the home of the fake kernels (m.set_python_module), so they must stay here.
 """
 
 from pathlib import Path
@@ -119,6 +119,22 @@ def _forward_fake(x, weight, bias=None):
             bias.shape[0] == K, lambda: f"bias: expected size(0) == K = {K} (weight.size(0)), got {bias.shape[0]}"
         )
     return x.new_empty((B, K))
+
+
+@torch.library.register_fake("gather_linear::backward")
+def _backward_fake(grad_y, x, weight, x_size, output_mask):
+    # The requested gradients as the real kernels allocate them: x's laid out (B, R, H).
+    torch._check_value(x is not None or not output_mask[1],
+                       lambda: "x: needed for the gradient of weight (output_mask[1]), got None")
+    torch._check_value(weight is not None or not output_mask[0],
+                       lambda: "weight: needed for the gradient of x (output_mask[0]), got None")
+    R, B, H = x_size
+    K = grad_y.shape[1]
+    shapes = ((B, R, H), (K, R * H), (K,))
+    gradients = [grad_y.new_empty(shape) for shape, wanted in zip(shapes, output_mask) if wanted]
+    if output_mask[0]:
+        gradients[0] = gradients[0].transpose(0, 1)
+    return gradients
 
 
 def _name(dtype):

@@ -115,3 +115,29 @@ def test_inputs_are_checked_before_they_are_copied(device):
     transposed = weight.t().contiguous().t()
     torch.testing.assert_close(gather_linear.forward(x, transposed, bias.repeat_interleave(2)[::2]),
                                gather_linear.forward(x, weight, bias))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda dy, x, w, mask: (dy[:11], x, w, mask), r"^grad_y: expected size\(0\) == B = 12 \(x.size\(1\)\), got 11"),
+        (lambda dy, x, w, mask: (dy.double(), x, w, mask), r"^grad_y: expected dtype float32 \(the dtype of x\)"),
+        (lambda dy, x, w, mask: (dy, None, w, mask), r"^x: needed for the gradient of weight \(output_mask\[1\]\)"),
+        (lambda dy, x, w, mask: (dy, x, None, mask), r"^weight: needed for the gradient of x \(output_mask\[0\]\)"),
+        (lambda dy, x, w, mask: (dy, x, w[:, :100], mask), r"^weight: expected size\(1\) == R\*H = 4\*32 = 128"),
+    ],
+    ids=["grad_y_rows", "grad_y_dtype", "x_missing", "weight_missing", "weight_not_RH"],
+)
+def test_backward_op_names_the_bad_argument(change, message, device):
+    # The op autograd calls, called directly (its fake kernel checks the same absent inputs).
+    x, weight, _ = seed_inputs(device)
+    grad_y = torch.ones(12, 56, device=device)
+    args = change(grad_y, x, weight, [True, True, True])
+    with pytest.raises(ValueError, match=message):
+        torch.ops.gather_linear.backward(*args[:3], list(x.shape), args[3])
+    if args[1] is None or args[2] is None:
+        with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+            fake = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in args[:3]]
+            with pytest.raises(ValueError, match=message):
+                torch.ops.gather_linear.backward(*fake, list(x.shape), args[3])
