@@ -44,8 +44,8 @@ std::optional<at::Tensor> if_defined(const at::Tensor& t) {
 // (R, B, H) view laid out (B, R, H) like the op's; dW on the concatenation (a view of a
 // head-major x, a copy otherwise).
 variable_list composed_gradients(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& weight,
-                                       const c10::SymInt& R, const c10::SymInt& B, const c10::SymInt& H,
-                                       std::array<bool, 3> wanted) {
+                                 const c10::SymInt& R, const c10::SymInt& B, const c10::SymInt& H,
+                                 std::array<bool, 3> wanted) {
   variable_list gradients(3);
   if (wanted[0]) gradients[0] = grad_y.matmul(weight).view_symint({B, R, H}).transpose(0, 1);
   if (wanted[1]) gradients[1] = grad_y.t().matmul(x.transpose(0, 1).reshape_symint({B, R * H}));

@@ -61,15 +61,20 @@ bool needs_unit_inner_stride(const at::Tensor& t) {
   return t.dim() >= 1 && t.dim() <= 2 && t.size(-1) > 1 && t.stride(-1) != 1;
 }
 
-// The view of `t` as its contiguous copy will be (same data pointer): for validating before the
-// copy is made, which only looks at sizes, strides, dtype, device and the pointer's alignment.
-TensorView view_as_copied(const at::Tensor& t, const char* name) {
-  TensorView view = input_view(t, name);
+// Row-major strides for the view's sizes.
+void make_contiguous(TensorView& view) {
   std::int64_t stride = 1;
   for (int d = view.rank - 1; d >= 0; --d) {
     view.strides[static_cast<std::size_t>(d)] = stride;
     stride *= std::max<std::int64_t>(view.sizes[static_cast<std::size_t>(d)], 1);
   }
+}
+
+// The view of `t` as its contiguous copy will be (same data pointer): for validating before the
+// copy is made, which only looks at sizes, strides, dtype, device and the pointer's alignment.
+TensorView view_as_copied(const at::Tensor& t, const char* name) {
+  TensorView view = input_view(t, name);
+  make_contiguous(view);
   return view;
 }
 
@@ -117,12 +122,8 @@ BackwardArguments prepare_backward(const at::Tensor& grad_y, const std::optional
     view.dtype = to_dtype(args.grad_y.scalar_type(), name);
     view.device = to_device(args.grad_y.device(), name);
     view.rank = static_cast<int>(sizes.size());
-    std::int64_t stride = 1;
-    for (int d = view.rank - 1; d >= 0; --d) {
-      view.sizes[static_cast<std::size_t>(d)] = sizes[static_cast<std::size_t>(d)];
-      view.strides[static_cast<std::size_t>(d)] = stride;
-      stride *= std::max<std::int64_t>(sizes[static_cast<std::size_t>(d)], 1);
-    }
+    std::copy(sizes.begin(), sizes.end(), view.sizes.begin());
+    make_contiguous(view);
     return view;
   };
   const std::int64_t K = args.grad_y.dim() == 2 ? args.grad_y.size(1) : 0;
