@@ -1,5 +1,5 @@
 // Shared test helpers: host tensors with arbitrary strides, seeded random fills, NaN poison,
-// problem layouts, and error measures against the exact reference.
+// problem layouts, error measures against the exact reference, and the check of a library error.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +14,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "core/numeric.hpp"
 #include "gather_linear/gather_linear.hpp"
@@ -246,5 +248,21 @@ inline bool gaps_untouched(const HostTensor& t) {
 inline double exact_tolerance(DType dtype) { return dtype == DType::float64 ? 1e-12 : 1e-5; }
 
 inline bool is_low_precision(DType dtype) { return dtype == DType::float16 || dtype == DType::bfloat16; }
+
+// Runs `call` and expects a gather_linear::Error for `argument`, with `code`, whose message
+// contains `fragment`.
+template <class Call>
+void expect_library_error(Call&& call, const std::string& argument, const std::string& fragment, ErrorCode code) {
+  try {
+    call();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "message '" << e.what() << "' lacks '" << fragment << "'";
+    return;
+  }
+  ADD_FAILURE() << "expected an error for " << argument;
+}
 
 }  // namespace gather_linear::testing

@@ -14,6 +14,7 @@ namespace gather_linear {
 namespace {
 
 using testing::contiguous_tensor;
+using testing::expect_library_error;
 using testing::HostTensor;
 
 constexpr std::int64_t R = 2, B = 3, H = 4, K = 5;
@@ -41,15 +42,7 @@ struct ValidationFixture : ::testing::Test {
   // Runs forward and expects an Error for `argument` whose message contains `fragment`.
   void expect_error(const std::string& argument, const std::string& fragment,
                     ErrorCode code = ErrorCode::invalid_argument) {
-    try {
-      forward(xv, wv, bv, yv, options);
-      FAIL() << "expected an error for " << argument;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.argument(), argument) << e.what();
-      EXPECT_EQ(e.code(), code) << e.what();
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-          << "message '" << e.what() << "' lacks '" << fragment << "'";
-    }
+    expect_library_error([&] { forward(xv, wv, bv, yv, options); }, argument, fragment, code);
     ASSERT_EQ(first_unpoisoned(y), std::nullopt) << "y was written";
   }
 };
