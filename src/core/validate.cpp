@@ -115,6 +115,20 @@ void check_elements_distinct(const TensorView& t, const char* name) {
   }
 }
 
+// A (rows, cols) matrix's elements must be adjacent within a row.
+void check_unit_inner_stride(const TensorView& t, const char* name, std::int64_t rows, std::int64_t cols) {
+  if (cols > 1 && rows > 0 && t.stride(1) != 1)
+    fail(name, "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(t.stride(1)));
+}
+
+// An output's rows must not overlap: stride(0) spans a row of `cols` (named `cols_name`).
+void check_rows_apart(const TensorView& t, const char* name, std::int64_t rows, std::int64_t cols,
+                      const char* cols_name) {
+  if (rows > 1 && cols > 0 && t.stride(0) < cols)
+    fail(name, std::string("rows overlap: expected stride(0) >= ") + cols_name + " = " + str(cols) +
+                   ", got stride(0) = " + str(t.stride(0)));
+}
+
 // Whether the computation reads x's and weight's elements. backward() reads x only for
 // gradients.weight and weight only for gradients.x: an input it does not read may come without
 // data (a null pointer), as a description of its shape alone.
@@ -161,8 +175,7 @@ CheckedInputs check_inputs(const TensorView& x, const TensorView& weight, const 
                        str(weight.size(1)));
   if (bias && bias->size(0) != p.K)
     fail("bias", "expected size(0) == K = " + str(p.K) + " (weight.size(0)), got " + str(bias->size(0)));
-  if (p.RH > 1 && p.K > 0 && weight.stride(1) != 1)
-    fail("weight", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(weight.stride(1)));
+  check_unit_inner_stride(weight, "weight", p.K, p.RH);
   if (bias && p.K > 1 && bias->stride(0) != 1)
     fail("bias", "expected a contiguous bias (stride(0) == 1), got stride(0) = " + str(bias->stride(0)));
 
@@ -209,10 +222,8 @@ ByteSpan check_batch_by_output(const TensorView& t, const char* name, const Prob
   if (t.size(0) != p.B) fail(name, "expected size(0) == B = " + str(p.B) + " (x.size(1)), got " + str(t.size(0)));
   if (t.size(1) != p.K)
     fail(name, "expected size(1) == K = " + str(p.K) + " (weight.size(0)), got " + str(t.size(1)));
-  if (p.K > 1 && p.B > 0 && t.stride(1) != 1)
-    fail(name, "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(t.stride(1)));
-  if (p.B > 1 && p.K > 0 && t.stride(0) < p.K)
-    fail(name, "rows overlap: expected stride(0) >= K = " + str(p.K) + ", got stride(0) = " + str(t.stride(0)));
+  check_unit_inner_stride(t, name, p.B, p.K);
+  check_rows_apart(t, name, p.B, p.K, "K");
   const ByteSpan span = reachable_bytes(t, name);
   check_pointer(t, name, span);
   return span;
@@ -288,11 +299,8 @@ BackwardProblem validate_backward_args(const TensorView& grad_y, const TensorVie
     check_rank(*g, "gradients.weight", 2, "(K, R*H)");
     check_dtype_and_device(*g, "gradients.weight", x);
     check_sizes_equal(*g, "gradients.weight", {p.K, p.RH}, "the size of weight");
-    if (p.RH > 1 && p.K > 0 && g->stride(1) != 1)
-      fail("gradients.weight", "expected unit inner stride (stride(1) == 1), got stride(1) = " + str(g->stride(1)));
-    if (p.K > 1 && p.RH > 0 && g->stride(0) < p.RH)
-      fail("gradients.weight",
-           "rows overlap: expected stride(0) >= R*H = " + str(p.RH) + ", got stride(0) = " + str(g->stride(0)));
+    check_unit_inner_stride(*g, "gradients.weight", p.K, p.RH);
+    check_rows_apart(*g, "gradients.weight", p.K, p.RH, "R*H");
     if (check_output(*g, "gradients.weight")) {
       bp.grad_weight = g->data;
       bp.grad_weight_stride_k = p.K == 1 ? p.RH : g->stride(0);
