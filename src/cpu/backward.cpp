@@ -31,6 +31,18 @@ Problem gemm_problem(const BackwardProblem& bp, std::int64_t rows, std::int64_t 
   return g;
 }
 
+// Calls visit(at, offset) for each element of an (R, B, H) view with these strides: `at` its
+// index in the (B, R*H) concatenation, `offset` its offset in the view. Moves between the two
+// layouts: x into its concatenation, gradients.x out of one.
+template <class Visit>
+void for_each_concatenated(const Problem& f, std::int64_t stride_r, std::int64_t stride_b, std::int64_t stride_h,
+                           Visit&& visit) {
+  for (std::int64_t b = 0; b < f.B; ++b)
+    for (std::int64_t r = 0; r < f.R; ++r)
+      for (std::int64_t h = 0; h < f.H; ++h)
+        visit(static_cast<std::size_t>(b * f.RH + r * f.H + h), r * stride_r + b * stride_b + h * stride_h);
+}
+
 // One problem over all R*H columns, into gradients.x itself where its slices sit side by side
 // (the gradient of a head-major x), else into a (B, R*H) buffer split into place afterwards,
 // rather than one problem per slice, each of which would pack grad_y again.
@@ -57,11 +69,8 @@ void input_gradient(const BackwardProblem& bp) {
   g.y_stride_b = f.RH;
   run_gather_gemm(g);
   In* grad_x = static_cast<In*>(bp.grad_x);
-  for (std::int64_t r = 0; r < f.R; ++r)
-    for (std::int64_t b = 0; b < f.B; ++b)
-      for (std::int64_t h = 0; h < f.H; ++h)
-        grad_x[r * bp.grad_x_stride_r + b * bp.grad_x_stride_b + h * bp.grad_x_stride_h] =
-            unsplit[static_cast<std::size_t>(b * f.RH + r * f.H + h)];
+  for_each_concatenated(f, bp.grad_x_stride_r, bp.grad_x_stride_b, bp.grad_x_stride_h,
+                        [&](std::size_t at, std::int64_t offset) { grad_x[offset] = unsplit[at]; });
 }
 
 // x's slices laid end to end, (B, R*H) row-major.
@@ -69,11 +78,8 @@ template <class In>
 std::vector<In> concatenation_of(const Problem& f) {
   std::vector<In> out(static_cast<std::size_t>(f.B * f.RH));
   const In* x = static_cast<const In*>(f.x);
-  for (std::int64_t b = 0; b < f.B; ++b)
-    for (std::int64_t r = 0; r < f.R; ++r)
-      for (std::int64_t h = 0; h < f.H; ++h)
-        out[static_cast<std::size_t>(b * f.RH + r * f.H + h)] =
-            x[r * f.x_stride_r + b * f.x_stride_b + h * f.x_stride_h];
+  for_each_concatenated(f, f.x_stride_r, f.x_stride_b, f.x_stride_h,
+                        [&](std::size_t at, std::int64_t offset) { out[at] = x[offset]; });
   return out;
 }
 
