@@ -66,7 +66,7 @@ class _PythonAutogradForward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y):
-        # python/csrc/autograd.cpp's formulas (without its GPU-only batched dW).
+        # python/csrc/autograd.cpp's composed formulas (composed_gradients), as PyTorch ops.
         x, weight = ctx.saved_tensors
         R, B, H = x.shape
         grad_x = grad_weight = grad_bias = None
