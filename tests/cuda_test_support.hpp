@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "test_support.hpp"
@@ -42,6 +43,59 @@ class DeviceBuffer {
  private:
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+};
+
+// A non-blocking stream, destroyed with the scope.
+class TestStream {
+ public:
+  TestStream() {
+    if (cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) != cudaSuccess)
+      throw std::runtime_error("cudaStreamCreateWithFlags failed");
+  }
+  TestStream(const TestStream&) = delete;
+  TestStream& operator=(const TestStream&) = delete;
+  ~TestStream() { cudaStreamDestroy(stream_); }
+  operator cudaStream_t() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// What `enqueue()` puts on `stream`, captured in global mode (a launch on the legacy default
+// stream during the capture is an error) and instantiated; replay() runs it and waits for it.
+class CapturedGraph {
+ public:
+  template <class Enqueue>
+  CapturedGraph(cudaStream_t stream, Enqueue&& enqueue) : stream_(stream) {
+    require(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    try {
+      enqueue();
+    } catch (...) {  // leave the stream out of capture for the tests after this one
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(stream, &partial) == cudaSuccess && partial != nullptr) cudaGraphDestroy(partial);
+      throw;
+    }
+    require(cudaStreamEndCapture(stream, &graph_), "cudaStreamEndCapture");
+    require(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  }
+  void replay() const {
+    require(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch");
+    require(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after a replay");
+  }
+
+ private:
+  static void require(cudaError_t status, const char* what) {
+    if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+  }
+  cudaStream_t stream_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
 };
 
 // A device copy of a HostTensor's whole storage; the view keeps the host view's strides.

@@ -163,29 +163,20 @@ TEST_F(CudaTest, Tf32IsUsedOnlyWhenAllowed) {
 // again, checking each result against the reference within `tolerance`.
 void expect_graph_replays_match(const Case& c, DeviceOperands& d, const Options& options, cudaStream_t stream,
                                 int trials, std::uint32_t seed, double tolerance) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  d.forward(options, stream);
-  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
-  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  const CapturedGraph graph(stream, [&] { d.forward(options, stream); });
   for (int trial = 0; trial < trials; ++trial) {
     Operands fresh = make_operands(c, seed + static_cast<std::uint32_t>(trial));
     d.x.upload(fresh.x);
     d.weight.upload(fresh.weight);
     d.bias.upload(fresh.bias);
     d.y.upload(fresh.y);
-    CUDA_ASSERT(cudaGraphLaunch(exec, stream));
-    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    graph.replay();
     EXPECT_LE(downloaded_error(fresh, d), tolerance) << c << " kernel " << options.kernel << " replay " << trial;
   }
-  CUDA_ASSERT(cudaGraphExecDestroy(exec));
-  CUDA_ASSERT(cudaGraphDestroy(graph));
 }
 
 TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
-  cudaStream_t stream;
-  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const TestStream stream;
   // `misaligned` takes the unfused baseline's bias through an aligned copy (a memcpy in the graph).
   for (const Case& c : {Case{{4, 12, 32, 56}, DType::float32, Layout::head_major, true},
                         Case{{8, 300, 64, 200}, DType::float32, Layout::head_major, true},
@@ -202,7 +193,6 @@ TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
       CUDA_ASSERT(cudaStreamSynchronize(stream));
       expect_graph_replays_match(c, d, options, stream, 3, 100, c.dtype == DType::float32 ? 1e-5 : 2e-3);
     }
-  CUDA_ASSERT(cudaStreamDestroy(stream));
 }
 
 // A caller's allocator (a framework's caching allocator) supplies the unfused fallback's scratch:
@@ -287,9 +277,7 @@ TEST_F(CudaTest, LibraryScratchIsPerStream) {
   const Case c{{8, 300, 64, 200}, DType::float32, Layout::head_major, true};
   Operands o1 = make_operands(c, 31), o2 = make_operands(c, 32);
   DeviceOperands d1(o1), d2(o2);
-  cudaStream_t s1, s2;
-  CUDA_ASSERT(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  CUDA_ASSERT(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  const TestStream s1, s2;
   const Options baseline = options_for(kBaseline);
   for (int i = 0; i < 50; ++i) {
     d1.forward(baseline, s1);
@@ -298,8 +286,6 @@ TEST_F(CudaTest, LibraryScratchIsPerStream) {
   CUDA_ASSERT(cudaDeviceSynchronize());
   EXPECT_LE(downloaded_error(o1, d1), 1e-5);
   EXPECT_LE(downloaded_error(o2, d2), 1e-5);
-  CUDA_ASSERT(cudaStreamDestroy(s1));
-  CUDA_ASSERT(cudaStreamDestroy(s2));
 
   // The per-thread default stream: one handle, a different stream in each host thread.
   Operands o3 = make_operands(c, 33), o4 = make_operands(c, 34);
@@ -656,8 +642,7 @@ TEST_F(CudaTest, GettGraphDeterminismAndMemory) {
   if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
   const Case c{{8, 1024, 128, 1024}, DType::bfloat16, Layout::head_major, true};
   const Options options = options_for(kGett);
-  cudaStream_t stream;
-  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const TestStream stream;
   Operands o = make_operands(c, 9);
   DeviceOperands d(o);
   EXPECT_EQ(workspace_bytes(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options), 0u);
@@ -676,7 +661,6 @@ TEST_F(CudaTest, GettGraphDeterminismAndMemory) {
   EXPECT_EQ(first.storage, again.storage);
 
   expect_graph_replays_match(c, d, options, stream, 2, 200, 2e-2);
-  CUDA_ASSERT(cudaStreamDestroy(stream));
 }
 
 }  // namespace
