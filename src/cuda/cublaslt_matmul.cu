@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,9 +47,10 @@ int alignment_bytes(const void* p) {
 namespace {
 
 // Everything a plan depends on. Alignments cover each batch member's start (base and stride).
-using GemmKey = std::array<std::int64_t, 18>;
+using GemmKey = std::array<std::int64_t, 19>;
 
 struct GemmPlan {
+  std::mutex bias_mutex;  // a bias pointer lives in the shared descriptor: set and used under it
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
@@ -59,34 +61,51 @@ struct GemmPlan {
   }
 };
 
+// The plans of the shapes used most recently: a process that meets ever new shapes (a varying
+// batch size) keeps at most kMaxPlans. Plans are shared, so one in use outlives its eviction.
+class PlanCache {
+ public:
+  static constexpr std::size_t kMaxPlans = 1024;
+
+  template <class Make>
+  std::shared_ptr<GemmPlan> find_or_make(const GemmKey& key, Make&& make) {
+    std::lock_guard lock(mutex_);
+    if (const auto found = index_.find(key); found != index_.end()) {
+      recent_.splice(recent_.begin(), recent_, found->second);
+      return found->second->second;
+    }
+    recent_.emplace_front(key, make());  // nothing is cached if make() throws
+    index_.emplace(key, recent_.begin());
+    if (recent_.size() > kMaxPlans) {
+      index_.erase(recent_.back().first);
+      recent_.pop_back();
+    }
+    return recent_.front().second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::list<std::pair<GemmKey, std::shared_ptr<GemmPlan>>> recent_;  // most recent first
+  std::map<GemmKey, decltype(recent_)::iterator> index_;
+};
+
 int operand_alignment(const void* data, std::int64_t batch_stride, DType dtype) {
   const auto stride_bytes = static_cast<std::uintptr_t>(batch_stride) * dtype_size(dtype);
   return std::min(alignment_bytes(data), alignment_bytes(reinterpret_cast<const void*>(stride_bytes)));
 }
 
-const GemmPlan& plan_for(const StridedBatchedGemm& g, int device, cublasLtHandle_t handle) {
-  const bool tf32 = g.tf32 && g.dtype == DType::float32;
-  const int align_a = operand_alignment(g.a.data, g.a.batch_stride, g.dtype);
-  const int align_b = operand_alignment(g.b.data, g.b.batch_stride, g.dtype);
-  const int align_d = operand_alignment(g.d, g.batch_stride_d, g.dtype);
-  const GemmKey key{device, static_cast<std::int64_t>(g.dtype), tf32, g.m, g.n, g.k, g.batch,
-                    g.a.transposed, g.a.ld, g.a.batch_stride, g.b.transposed, g.b.ld, g.b.batch_stride,
-                    g.ldd, g.batch_stride_d, align_a, align_b, align_d};
-  static std::mutex cache_mutex;
-  static std::map<GemmKey, std::unique_ptr<GemmPlan>> cache;
-  std::lock_guard lock(cache_mutex);
-  std::unique_ptr<GemmPlan>& slot = cache[key];
-  if (slot) return *slot;
-
-  auto plan = std::make_unique<GemmPlan>();
+std::shared_ptr<GemmPlan> make_plan(const StridedBatchedGemm& g, bool tf32, int align_a, int align_b, int align_d,
+                                    cublasLtHandle_t handle) {
+  auto plan = std::make_shared<GemmPlan>();
   const cudaDataType_t type = cuda_data_type(g.dtype);
   check_lt(cublasLtMatmulDescCreate(&plan->op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
            "cublasLtMatmulDescCreate");
-  const auto set_op = [&](cublasLtMatmulDescAttributes_t attribute, cublasOperation_t value, const char* what) {
+  const auto set_op = [&](cublasLtMatmulDescAttributes_t attribute, const auto& value, const char* what) {
     check_lt(cublasLtMatmulDescSetAttribute(plan->op, attribute, &value, sizeof(value)), what);
   };
   set_op(CUBLASLT_MATMUL_DESC_TRANSA, g.a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, "TRANSA");
   set_op(CUBLASLT_MATMUL_DESC_TRANSB, g.b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, "TRANSB");
+  if (g.bias != nullptr) set_op(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, "EPILOGUE");
   // A stored matrix's rows and columns: op(A) is m x k, op(B) k x n.
   const auto layout = [&](cublasLtMatrixLayout_t* out, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                           std::int64_t batch_stride, const char* what) {
@@ -124,19 +143,40 @@ const GemmPlan& plan_for(const StridedBatchedGemm& g, int device, cublasLtHandle
   check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
   if (found == 0) throw Error(ErrorCode::unsupported, "cublasLt", "no cuBLASLt algorithm for this GEMM");
   plan->algo = result.algo;
-  slot = std::move(plan);
-  return *slot;
+  return plan;
+}
+
+std::shared_ptr<GemmPlan> plan_for(const StridedBatchedGemm& g, int device, cublasLtHandle_t handle) {
+  const bool tf32 = g.tf32 && g.dtype == DType::float32;
+  const int align_a = operand_alignment(g.a.data, g.a.batch_stride, g.dtype);
+  const int align_b = operand_alignment(g.b.data, g.b.batch_stride, g.dtype);
+  const int align_d = operand_alignment(g.d, g.batch_stride_d, g.dtype);
+  const GemmKey key{device, static_cast<std::int64_t>(g.dtype), tf32, g.bias != nullptr, g.m, g.n, g.k, g.batch,
+                    g.a.transposed, g.a.ld, g.a.batch_stride, g.b.transposed, g.b.ld, g.b.batch_stride,
+                    g.ldd, g.batch_stride_d, align_a, align_b, align_d};
+  static PlanCache cache;
+  return cache.find_or_make(key, [&] { return make_plan(g, tf32, align_a, align_b, align_d, handle); });
 }
 
 }  // namespace
 
 void run_gemm(const StridedBatchedGemm& g, int device, void* scratch, CudaStream stream) {
   const cublasLtHandle_t handle = cublaslt_handle(device);
-  const GemmPlan& plan = plan_for(g, device, handle);
+  const std::shared_ptr<GemmPlan> plan = plan_for(g, device, handle);
   const float one = 1.f, zero = 0.f;
-  check_lt(cublasLtMatmul(handle, plan.op, &one, g.a.data, plan.a, g.b.data, plan.b, &zero, g.d, plan.d, g.d, plan.d,
-                          &plan.algo, scratch, kGemmWorkspaceBytes, stream),
-           "cublasLtMatmul");
+  const auto matmul = [&] {
+    check_lt(cublasLtMatmul(handle, plan->op, &one, g.a.data, plan->a, g.b.data, plan->b, &zero, g.d, plan->d, g.d,
+                            plan->d, &plan->algo, scratch, kGemmWorkspaceBytes, stream),
+             "cublasLtMatmul");
+  };
+  if (g.bias == nullptr) {
+    matmul();
+    return;
+  }
+  std::lock_guard lock(plan->bias_mutex);
+  check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
+           "BIAS_POINTER");
+  matmul();
 }
 
 }  // namespace gather_linear::cuda

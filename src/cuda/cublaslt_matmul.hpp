@@ -1,5 +1,6 @@
 // What the cuBLASLt-based paths share: one handle per device, status checks, and strided batched
-// GEMMs whose plans (descriptors, layouts, the heuristic's algorithm) are made once per shape.
+// GEMMs whose plans (descriptors, layouts, the heuristic's algorithm) are made once per shape and
+// kept for the shapes used most recently.
 #pragma once
 
 #include <cublasLt.h>
@@ -32,13 +33,15 @@ struct GemmOperand {
   std::int64_t batch_stride = 0;
 };
 
-// D[i] = op(A[i]) * op(B[i]) for i < batch: D is m x n, the reduction k deep. Inputs and D in
-// `dtype`, float32 accumulation (TF32 for float32 inputs when `tf32`). Every extent below 2^31.
+// D[i] = op(A[i]) * op(B[i]) (+ bias) for i < batch: D is m x n, the reduction k deep. Inputs,
+// bias and D in `dtype`, float32 accumulation (TF32 for float32 inputs when `tf32`). Every extent
+// below 2^31.
 struct StridedBatchedGemm {
   DType dtype = DType::float32;
   bool tf32 = false;
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   GemmOperand a, b;
+  const void* bias = nullptr;  // m elements, one per row of D, on a 16-byte boundary; null: none
   void* d = nullptr;
   std::int64_t ldd = 0, batch_stride_d = 0;
 };

@@ -6,17 +6,10 @@
 //   op(A) = W^T viewed column-major (R*H x K, ld = weight row stride), transposed  -> K x R*H
 //   B     = A^T column-major (R*H x B, ld = R*H)
 //   D     = y^T column-major (K x B, ld = y row stride), bias along K (the epilogue's rows).
-// Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, so a call
+// The GEMM is run_gemm's (cublaslt_matmul.hpp), whose plans are cached per shape, so a call
 // costs one cuBLASLt launch. cuBLASLt's own scratch is part of the caller's workspace, after the
 // concatenation: one buffer shared by every stream would let two streams' GEMMs race on it.
-#include <cublasLt.h>
-
-#include <array>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <tuple>
 
 #include "core/kernel_registry.hpp"
 #include "cuda/cuda_check.hpp"
@@ -55,75 +48,6 @@ __global__ void broadcast_bias_kernel(const T* __restrict__ bias, std::int64_t B
   }
 }
 
-// ---- cuBLASLt ---------------------------------------------------------------------------
-
-using PlanKey = std::tuple<int, DType, bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           int, int, int>;
-
-struct Plan {
-  std::mutex mutex;  // the bias pointer lives in the shared descriptor
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t w = nullptr, a = nullptr, y = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  ~Plan() {
-    if (op) cublasLtMatmulDescDestroy(op);
-    for (auto layout : {w, a, y})
-      if (layout) cublasLtMatrixLayoutDestroy(layout);
-  }
-};
-
-Plan& plan_for(const Problem& p, const void* concatenated, bool tf32, cublasLtHandle_t handle) {
-  const std::int64_t ldw = p.K == 1 ? p.RH : p.weight_stride_k, ldy = p.B == 1 ? p.K : p.y_stride_b;
-  const PlanKey key{p.device.index, p.dtype, tf32 && p.dtype == DType::float32, p.bias != nullptr, p.B, p.K, p.RH, ldw,
-                    ldy, alignment_bytes(p.weight), alignment_bytes(concatenated), alignment_bytes(p.y)};
-  static std::mutex cache_mutex;
-  static std::map<PlanKey, std::unique_ptr<Plan>> cache;
-  std::lock_guard lock(cache_mutex);
-  std::unique_ptr<Plan>& slot = cache[key];
-  if (slot) return *slot;
-
-  auto plan = std::make_unique<Plan>();
-  const cudaDataType_t type = cuda_data_type(p.dtype);
-  const cublasComputeType_t compute = std::get<2>(key) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  check_lt(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  const auto set_op = [&](cublasLtMatmulDescAttributes_t attribute, const auto& value, const char* what) {
-    check_lt(cublasLtMatmulDescSetAttribute(plan->op, attribute, &value, sizeof(value)), what);
-  };
-  set_op(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T, "TRANSA");
-  set_op(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "TRANSB");
-  set_op(CUBLASLT_MATMUL_DESC_EPILOGUE, p.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, "EPILOGUE");
-  const auto layout = [&](cublasLtMatrixLayout_t* out, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                          const char* what) {
-    const auto r = static_cast<std::uint64_t>(rows), c = static_cast<std::uint64_t>(cols);
-    check_lt(cublasLtMatrixLayoutCreate(out, type, r, c, ld), what);
-  };
-  layout(&plan->w, p.RH, p.K, ldw, "layout W");
-  layout(&plan->a, p.RH, p.B, p.RH, "layout A");
-  layout(&plan->y, p.K, p.B, ldy, "layout y");
-
-  cublasLtMatmulPreference_t preference;
-  check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
-  const auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value) {
-    cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value));
-  };
-  prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{kGemmWorkspaceBytes});
-  const std::uint32_t align_w = std::get<9>(key), align_a = std::get<10>(key), align_y = std::get<11>(key);
-  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w);
-  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a);
-  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y);
-  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y);
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->w, plan->a, plan->y, plan->y,
-                                                              preference, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
-  check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0) throw Error(ErrorCode::unsupported, "cublasLt", "no cuBLASLt algorithm for this problem");
-  plan->algo = result.algo;
-  slot = std::move(plan);
-  return *slot;
-}
-
 }  // namespace
 
 void concatenate(const Problem& p, void* out, CudaStream stream) {
@@ -151,16 +75,16 @@ void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precis
     });
     return;
   }
-  const cublasLtHandle_t handle = cublaslt_handle(p.device.index);
-  Plan& plan = plan_for(p, concatenated, precision == Fp32Precision::tf32, handle);
-  const float one = 1.f, zero = 0.f;
-  std::lock_guard lock(plan.mutex);
-  if (p.bias)
-    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)),
-             "BIAS_POINTER");
-  check_lt(cublasLtMatmul(handle, plan.op, &one, p.weight, plan.w, concatenated, plan.a, &zero, p.y, plan.y, p.y,
-                          plan.y, &plan.algo, gemm_workspace, kGemmWorkspaceBytes, stream),
-           "cublasLtMatmul");
+  // y^T (K x B) = W (K x R*H) * A^T (R*H x B), the bias along y^T's rows.
+  StridedBatchedGemm g;
+  g.dtype = p.dtype;
+  g.tf32 = precision == Fp32Precision::tf32;
+  g.m = p.K, g.n = p.B, g.k = p.RH;
+  g.a = {p.weight, true, p.K == 1 ? p.RH : p.weight_stride_k, 0};
+  g.b = {concatenated, false, p.RH, 0};
+  g.bias = p.bias;
+  g.d = p.y, g.ldd = p.B == 1 ? p.K : p.y_stride_b;
+  run_gemm(g, p.device.index, gemm_workspace, stream);
 }
 
 namespace {
