@@ -5,7 +5,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backward_support.hpp"
 #include "cuda/backward.hpp"
@@ -58,7 +61,8 @@ void expect_backward_accurate(const BackwardCase& c, const Options& options = {}
   expect_gradients_accurate(o, c, "cuda", options.fp32_precision);
 }
 
-// The CPU sweep's edges, plus rows past the bias sum's 256-row split and tile-sized shapes.
+// The CPU sweep's edges, plus rows past the bias sum's first split (64 to 256 rows) and
+// tile-sized shapes.
 const Shape kShapes[] = {
     {1, 1, 1, 1},      {4, 12, 32, 56},   {1, 7, 5, 3},     {3, 1, 17, 1},   {2, 33, 13, 65},
     {64, 5, 3, 7},     {5, 97, 31, 37},   {8, 130, 16, 100}, {3, 300, 40, 20}, {2, 40, 30, 300},
@@ -181,18 +185,50 @@ TEST_F(CudaBackwardTest, UnreadInputsMayComeWithoutData) {
   }
 }
 
-// Only the bias gradient: no cuBLAS, so racecheck sees the column sums alone.
+// Only the bias gradient: no cuBLAS, so racecheck sees the column sums alone. K = 128 rows are
+// read 16 bytes at a time, K = 130 rows (not 16-byte multiples) an element at a time.
 TEST_F(CudaBackwardTest, BiasGradientAlone) {
-  for (std::int64_t B : {1, 255, 256, 257, 3000}) {
-    const BackwardCase c{{2, B, 4, 130}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
-    BackwardOperands o = make_backward_operands(c, 2);
-    DeviceBackwardOperands d(o);
-    gather_linear::backward(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients(false, false, true));
-    CUDA_ASSERT(cudaDeviceSynchronize());
-    d.download(o);
-    const BackwardProblem p = validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
-    EXPECT_LE(relative_error_of_view(o.grad_bias, cpu::reference_backward(p).bias), 1e-5) << "B = " << B;
+  for (DType dtype : {DType::float32, DType::bfloat16})
+    for (std::int64_t K : {128, 130})
+      for (std::int64_t B : {1, 255, 256, 257, 3000}) {
+        const BackwardCase c{{2, B, 4, K}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
+        BackwardOperands o = make_backward_operands(c, 2);
+        DeviceBackwardOperands d(o);
+        gather_linear::backward(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients(false, false, true));
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        d.download(o);
+        const BackwardProblem p = validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
+        // float32 sums; bfloat16 adds its rounding of each sum (2^-9 of it at most)
+        EXPECT_LE(relative_error_of_view(o.grad_bias, cpu::reference_backward(p).bias),
+                  dtype == DType::float32 ? 1e-5 : 4e-3)
+            << c;
+      }
+}
+
+// The same values 16-byte aligned (read a vector at a time) and one element off (read an element
+// at a time) sum in the same order: the same bits.
+TEST_F(CudaBackwardTest, BiasGradientBitsDoNotDependOnAlignment) {
+  constexpr std::int64_t B = 3000, K = 256;
+  const Device device = Device::cuda(0);
+  HostTensor values = contiguous_tensor(DType::bfloat16, {B, K}, 0);
+  values.fill_uniform(5);
+  const std::size_t bytes = static_cast<std::size_t>(B * K) * sizeof(BFloat16);
+  DeviceBuffer aligned(bytes), shifted(bytes + sizeof(BFloat16)), sums(2 * K * sizeof(BFloat16));
+  std::byte* const shifted_rows = static_cast<std::byte*>(shifted.data()) + sizeof(BFloat16);
+  CUDA_ASSERT(cudaMemcpy(aligned.data(), values.storage.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_ASSERT(cudaMemcpy(shifted_rows, values.storage.data(), bytes, cudaMemcpyHostToDevice));
+  const TensorView x = TensorView::contiguous(nullptr, DType::bfloat16, device, {1, B, 1});  // read by neither
+  const TensorView weight = TensorView::contiguous(nullptr, DType::bfloat16, device, {K, 1});
+  for (int i = 0; i < 2; ++i) {
+    Gradients gradients;
+    gradients.bias = TensorView::contiguous(static_cast<std::byte*>(sums.data()) + i * K * sizeof(BFloat16),
+                                            DType::bfloat16, device, {K});
+    const void* rows = i == 0 ? aligned.data() : shifted_rows;
+    gather_linear::backward(TensorView::contiguous(rows, DType::bfloat16, device, {B, K}), x, weight, gradients);
   }
+  std::vector<std::uint16_t> bits(2 * K);
+  CUDA_ASSERT(cudaMemcpy(bits.data(), sums.data(), sums.bytes(), cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(std::equal(bits.begin(), bits.begin() + K, bits.begin() + K));
 }
 
 TEST_F(CudaBackwardTest, DeterministicBits) {
@@ -266,6 +302,40 @@ TEST_F(CudaBackwardTest, DeviceErrorsWriteNothing) {
   Options options;
   options.workspace = {small.data(), 256};
   expect_error(d.grad_y.view(), d.gradients(), options, "options.workspace", "expected at least");
+}
+
+// 2^31 rows of one column, every element 3.0. The bias gradient alone takes them (its splits of
+// the rows grow past 256 rows, so that a grid's second dimension holds them); the GEMM gradients
+// refuse extents past cuBLASLt's 32 bits before anything is written.
+TEST_F(CudaBackwardTest, RowsPast32Bits) {
+  constexpr std::int64_t B = std::int64_t{1} << 31;
+  const Device device = Device::cuda(0);
+  DeviceBuffer rows(static_cast<std::size_t>(B) * 2);        // 4 GiB of bfloat16
+  CUDA_ASSERT(cudaMemset(rows.data(), 0x40, rows.bytes()));  // 0x4040 is bfloat16 3.0
+  const TensorView grad_y = TensorView::contiguous(rows.data(), DType::bfloat16, device, {B, 1});
+  const TensorView x = TensorView::contiguous(rows.data(), DType::bfloat16, device, {1, B, 1});  // inputs may alias
+  const TensorView weight = TensorView::contiguous(nullptr, DType::bfloat16, device, {1, 1});  // read by neither
+  DeviceBuffer outputs(512);
+  CUDA_ASSERT(cudaMemset(outputs.data(), 0xff, outputs.bytes()));  // NaN
+  Gradients gradients;
+  gradients.bias = TensorView::contiguous(outputs.data(), DType::bfloat16, device, {1});
+  gather_linear::backward(grad_y, x, weight, gradients);
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  BFloat16 bias{};
+  CUDA_ASSERT(cudaMemcpy(&bias, outputs.data(), sizeof bias, cudaMemcpyDeviceToHost));
+  // float32 partial sums of 3.0 round past 2^24; bfloat16 keeps 8 bits anyway.
+  EXPECT_NEAR(to_float(bias) / (3.0 * static_cast<double>(B)), 1.0, 1e-2) << to_float(bias);
+
+  CUDA_ASSERT(cudaMemset(outputs.data(), 0xff, outputs.bytes()));
+  gradients.weight =
+      TensorView::contiguous(static_cast<std::byte*>(outputs.data()) + 256, DType::bfloat16, device, {1, 1});
+  expect_library_error([&] { (void)backward_workspace_bytes(grad_y, x, weight, gradients, {}); }, "x", "below 2^31",
+                       ErrorCode::unsupported);
+  expect_library_error([&] { gather_linear::backward(grad_y, x, weight, gradients); }, "x", "below 2^31",
+                       ErrorCode::unsupported);
+  std::vector<std::uint16_t> after(outputs.bytes() / 2);
+  CUDA_ASSERT(cudaMemcpy(after.data(), outputs.data(), outputs.bytes(), cudaMemcpyDeviceToHost));
+  for (std::uint16_t bits : after) ASSERT_EQ(bits, 0xffff) << "an output was written";
 }
 
 }  // namespace

@@ -64,8 +64,9 @@ struct Gradients {
 // gradients.weight reads x's elements and only gradients.x reads weight's: without that gradient
 // the input may have a null data pointer (a caller that kept only what it needs, as autograd
 // does). Every gradient must match its input's dtype, device and sizes and share no memory with
-// an input or another gradient. Errors,
-// streams, devices, precision (Options::fp32_precision), determinism and scratch
+// an input or another gradient. On CUDA, gradients.x and gradients.weight need B, K and R*H below
+// 2^31 (cuBLASLt's extents; ErrorCode::unsupported otherwise); gradients.bias alone has no such
+// limit. Errors, streams, devices, precision (Options::fp32_precision), determinism and scratch
 // (Options::workspace / workspace_allocator, or the library's per-stream cache) behave as in
 // forward(); Options::kernel must be "auto". 16-bit inputs accumulate in float32.
 void backward(const TensorView& grad_y, const TensorView& x, const TensorView& weight, const Gradients& gradients,

@@ -39,7 +39,9 @@ void check_device(const Problem& p);
 // check_device(), and that every pointer is device memory on that device.
 void check_device_arguments(const Problem& p);
 void check_device_arguments(const BackwardProblem& p);
-// The backward (cuda/backward.cu): its scratch, and the work, enqueued on `stream`.
+// The backward (cuda/backward.cu): what it refuses (throws gather_linear::Error, before any
+// scratch is sized), its scratch, and the work, enqueued on `stream`.
+void check_backward_supported(const BackwardProblem& p);
 std::size_t backward_workspace_bytes(const BackwardProblem& p);
 void run_backward(const BackwardProblem& p, const Options& options, Workspace workspace, CudaStream stream);
 // Device scratch owned by the library for callers that bring none: one buffer per (device,

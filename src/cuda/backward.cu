@@ -67,41 +67,70 @@ __global__ void split_kernel(const T* __restrict__ in, std::int64_t B, std::int6
   }
 }
 
-constexpr int kSumColumns = 64;      // columns per block, one per thread of a row lane
-constexpr int kSumLanes = 4;         // row lanes per block
-constexpr std::int64_t kSumRows = 256;  // rows per block: the first pass's split
+// The bias gradient sums grad_y's columns in two passes: each split of the rows into a float32
+// partial sum, then the partial sums (the same kernel on a float32 matrix, one split). A block is
+// kSumLanes rows of 32 threads; each thread owns VEC adjacent columns (one 16-byte load per row
+// where the rows allow it) and sums every kSumLanes-th row of its block's split; the block then
+// adds its lanes in order. Neither that order nor the split depends on VEC, so both paths give
+// the same bits.
+constexpr int kSumLanes = 8;
+constexpr int kSumThreadsPerRow = 32;
 
-// Block (blockIdx.x, blockIdx.y) sums rows [blockIdx.y * kSumRows, +kSumRows) of kSumColumns
-// columns; into `partial` (one row per split) when there are several splits, else into `out`.
-template <class T>
-__global__ void column_sums_kernel(const T* __restrict__ grad_y, std::int64_t ld, std::int64_t B, std::int64_t K,
-                                   float* __restrict__ partial, T* __restrict__ out) {
-  __shared__ float lane_sums[kSumLanes][kSumColumns];
-  const std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * kSumColumns + threadIdx.x;
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * kSumRows;
-  const std::int64_t last = first + kSumRows < B ? first + kSumRows : B;
-  float sum = 0.f;
-  if (k < K)
-    for (std::int64_t b = first + threadIdx.y; b < last; b += kSumLanes) sum += to_float(grad_y[b * ld + k]);
-  lane_sums[threadIdx.y][threadIdx.x] = sum;
+template <class In, class Out, int VEC>
+__global__ void __launch_bounds__(kSumLanes* kSumThreadsPerRow)
+    column_sums_kernel(const In* __restrict__ rows, std::int64_t ld, std::int64_t B, std::int64_t K,
+                       std::int64_t rows_per_split, float* __restrict__ partial, Out* __restrict__ out) {
+  constexpr int kColumns = kSumThreadsPerRow * VEC;
+  __shared__ float lane_sums[kSumLanes][kColumns];
+  const std::int64_t first_column = static_cast<std::int64_t>(blockIdx.x) * kColumns;
+  const std::int64_t k0 = first_column + threadIdx.x * VEC;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
+  const std::int64_t last = first + rows_per_split < B ? first + rows_per_split : B;
+  float sum[VEC] = {};
+  if (k0 + VEC <= K) {
+#pragma unroll 8
+    for (std::int64_t b = first + threadIdx.y; b < last; b += kSumLanes) {
+      float v[VEC];
+      load_as_float<In, VEC>(rows + b * ld + k0, v);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) sum[i] += v[i];
+    }
+  } else {  // the row's last, partial group
+    for (std::int64_t b = first + threadIdx.y; b < last; b += kSumLanes)
+      for (int i = 0; i < VEC && k0 + i < K; ++i) sum[i] += to_float(rows[b * ld + k0 + i]);
+  }
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) lane_sums[threadIdx.y][threadIdx.x * VEC + i] = sum[i];
   __syncthreads();
-  if (threadIdx.y != 0 || k >= K) return;
-  float total = lane_sums[0][threadIdx.x];
-  for (int lane = 1; lane < kSumLanes; ++lane) total += lane_sums[lane][threadIdx.x];
-  if (partial != nullptr)
-    partial[blockIdx.y * K + k] = total;
-  else
-    out[k] = from_float<T>(total);
+  for (int c = threadIdx.y * kSumThreadsPerRow + threadIdx.x; c < kColumns; c += kSumLanes * kSumThreadsPerRow) {
+    const std::int64_t k = first_column + c;
+    if (k >= K) break;
+    float total = lane_sums[0][c];
+    for (int lane = 1; lane < kSumLanes; ++lane) total += lane_sums[lane][c];
+    if (partial != nullptr)
+      partial[blockIdx.y * K + k] = total;
+    else
+      out[k] = from_float<Out>(total);
+  }
 }
 
-template <class T>
-__global__ void sum_partials_kernel(const float* __restrict__ partial, std::int64_t splits, std::int64_t K,
-                                    T* __restrict__ out) {
-  const std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (k >= K) return;
-  float total = 0.f;
-  for (std::int64_t s = 0; s < splits; ++s) total += partial[s * K + k];
-  out[k] = from_float<T>(total);
+// Enqueues the column sums of `rows` (B x K, rows ld apart) in splits of rows_per_split rows:
+// into `partial` (a row per split) when there are several, else into `out`.
+template <class In, class Out>
+void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::int64_t K, std::int64_t rows_per_split,
+                        float* partial, Out* out, CudaStream stream) {
+  const auto launch = [&]<int VEC>() {
+    const dim3 grid(static_cast<unsigned>((K + kSumThreadsPerRow * VEC - 1) / (kSumThreadsPerRow * VEC)),
+                    static_cast<unsigned>((B + rows_per_split - 1) / rows_per_split));
+    column_sums_kernel<In, Out, VEC><<<grid, dim3(kSumThreadsPerRow, kSumLanes), 0, stream>>>(
+        rows, ld, B, K, rows_per_split, partial, out);
+  };
+  constexpr int kVec = kVec16<In>;
+  if (aligned_to(rows, 16) && (B == 1 || ld % kVec == 0))
+    launch.template operator()<kVec>();
+  else
+    launch.template operator()<1>();
+  check_launch("column_sums_kernel");
 }
 
 void zero(void* out, Strided3d view, const Problem& f, CudaStream stream) {
@@ -172,7 +201,23 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
 // input gradient then reads a contiguous copy.
 bool weight_needs_copy(const Problem& f) { return f.K > 1 && f.weight_stride_k < f.RH; }
 
-std::int64_t column_sum_splits(const Problem& f) { return (f.B + kSumRows - 1) / kSumRows; }
+// How the bias gradient splits grad_y's rows: into about 1024 blocks (a wave of an H200 at 8
+// blocks per multiprocessor) counting the vectorized path's column blocks, 64 to 256 rows each
+// (and few enough splits for a grid's second dimension). It depends on the shape alone, so the
+// sum's order does.
+struct ColumnSumSplit {
+  std::int64_t rows, splits;
+};
+
+ColumnSumSplit column_sum_split(const Problem& f) {
+  const auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+  const auto round_up = [&](std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; };
+  const std::int64_t widest_block = kSumThreadsPerRow * 16 / static_cast<std::int64_t>(dtype_size(f.dtype));
+  const std::int64_t column_blocks = ceil_div(f.K, widest_block);
+  std::int64_t rows = std::clamp<std::int64_t>(round_up(ceil_div(f.B * column_blocks, 1024), kSumLanes), 64, 256);
+  rows = std::max(rows, round_up(ceil_div(f.B, 65535), kSumLanes));
+  return {rows, ceil_div(f.B, rows)};
+}
 
 // ---- the three gradients ---------------------------------------------------------------
 
@@ -281,18 +326,15 @@ void bias_gradient(const BackwardProblem& p, std::byte* scratch, const ScratchLa
     zero(p.grad_bias, {1, 1, f.K, 0, 0, 1}, f, stream);
     return;
   }
-  const std::int64_t splits = column_sum_splits(f);
-  float* partial = splits > 1 ? reinterpret_cast<float*>(scratch + layout.partial) : nullptr;
+  const ColumnSumSplit split = column_sum_split(f);
+  float* partial = split.splits > 1 ? reinterpret_cast<float*>(scratch + layout.partial) : nullptr;
   visit_device_dtype(f.dtype, [&]<class T>() {
-    const dim3 grid(static_cast<unsigned>((f.K + kSumColumns - 1) / kSumColumns), static_cast<unsigned>(splits));
-    column_sums_kernel<T><<<grid, dim3(kSumColumns, kSumLanes), 0, stream>>>(
-        static_cast<const T*>(p.grad_y), p.grad_y_stride_b, f.B, f.K, partial, static_cast<T*>(p.grad_bias));
-    check_launch("column_sums_kernel");
-    if (partial != nullptr) {
-      sum_partials_kernel<T><<<static_cast<unsigned>((f.K + 255) / 256), 256, 0, stream>>>(
-          partial, splits, f.K, static_cast<T*>(p.grad_bias));
-      check_launch("sum_partials_kernel");
-    }
+    auto* grad_bias = static_cast<T*>(p.grad_bias);
+    launch_column_sums(static_cast<const T*>(p.grad_y), p.grad_y_stride_b, f.B, f.K, split.rows, partial, grad_bias,
+                       stream);
+    if (partial != nullptr)
+      launch_column_sums(static_cast<const float*>(partial), f.K, split.splits, f.K, split.splits, nullptr, grad_bias,
+                         stream);
   });
 }
 
@@ -322,27 +364,29 @@ BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms)
   s.weight_copy = at;
   if (input_gemm && weight_needs_copy(f)) at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
   s.partial = at;
-  if (p.grad_bias != nullptr && column_sum_splits(f) > 1)
-    at += round_up_to_256(static_cast<std::size_t>(column_sum_splits(f) * f.K) * sizeof(float));
+  if (p.grad_bias != nullptr && f.B > 0 && column_sum_split(f).splits > 1)
+    at += round_up_to_256(static_cast<std::size_t>(column_sum_split(f).splits * f.K) * sizeof(float));
   s.total = at;
   return plan;
 }
 
 void run_backward(const BackwardProblem& p, const BackwardPlan& plan, const Options& options, Workspace workspace,
                   CudaStream stream) {
-  // cuBLASLt's extents are 32-bit: refused here, before anything is enqueued, rather than by a
-  // GEMM after another gradient has been written.
-  constexpr std::int64_t kMaxExtent = 0x7fffffff;
-  const Problem& f = p.forward;
-  if (std::max({f.B, f.K, f.RH}) > kMaxExtent)
-    throw Error(ErrorCode::unsupported, "x",
-                "the CUDA backward needs B, K and R*H below 2^31, got B = " + std::to_string(f.B) +
-                    ", K = " + std::to_string(f.K) + ", R*H = " + std::to_string(f.RH));
   const bool tf32 = options.fp32_precision == Fp32Precision::tf32;
   auto* scratch = static_cast<std::byte*>(workspace.data);
   if (p.grad_x) input_gradient(p, plan.forms.input, tf32, scratch, plan.scratch, stream);
   if (p.grad_weight) weight_gradient(p, plan.forms.weight, tf32, scratch, plan.scratch, stream);
   if (p.grad_bias) bias_gradient(p, scratch, plan.scratch, stream);
+}
+
+void check_backward_supported(const BackwardProblem& p) {
+  // cuBLASLt's extents are 32-bit. The bias gradient alone uses no GEMM and 64-bit indices.
+  constexpr std::int64_t kMaxExtent = 0x7fffffff;
+  const Problem& f = p.forward;
+  if ((p.grad_x != nullptr || p.grad_weight != nullptr) && std::max({f.B, f.K, f.RH}) > kMaxExtent)
+    throw Error(ErrorCode::unsupported, "x",
+                "the CUDA backward's gradients.x and gradients.weight need B, K and R*H below 2^31, got B = " +
+                    std::to_string(f.B) + ", K = " + std::to_string(f.K) + ", R*H = " + std::to_string(f.RH));
 }
 
 std::size_t backward_workspace_bytes(const BackwardProblem& p) {

@@ -1,5 +1,5 @@
 // The CUDA backward's plan: which form each gradient GEMM takes, and where its scratch goes.
-// run_backward() (core/kernel_registry.hpp) plans and runs; bench/backward_forms.cu runs a plan
+// run_backward() (core/kernel_registry.hpp) plans and runs; `backward_timing --forms` runs a plan
 // whose forms it forces, to measure where one form beats another.
 #pragma once
 
