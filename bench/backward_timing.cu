@@ -2,7 +2,8 @@
 // concatenated beforehand: gradients.x as one (B, R*H) GEMM and gradients.weight as one GEMM on
 // the concatenation, the floor a backward that had the concatenation for free would reach. The
 // library writes gradients.x in x's own layout and reads x in place. One CSV row per shape and
-// layout: all three gradients, the two GEMM gradients, and each alone against its GEMM; the
+// layout: all three gradients, the two GEMM gradients, and each alone against its GEMM, then the
+// bias gradient alone (a column sum: its rate of reading grad_y against the memory's); the
 // backward's results are checked against the comparator's before timing.
 // With --forms, for a contiguous x instead: each way (form) the library can compute a gradient,
 // forced, to find where copying x (or gradients.x) beats R batched GEMMs of its slices.
@@ -27,22 +28,13 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_types.cuh"
 #include "cuda/unfused_cublaslt.hpp"
+#include "device_values.cuh"
 #include "timing.hpp"
 
 namespace gather_linear::bench {
 namespace {
 
 using cuda::check;
-
-template <class T>
-__global__ void fill_uniform(T* p, std::size_t n, unsigned seed) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    unsigned h = static_cast<unsigned>(i) * 2654435761u ^ seed;
-    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-    p[i] = cuda::from_float<T>(static_cast<float>(h & 0xffffu) / 65536.f - 0.5f);
-  }
-}
 
 struct Shape {
   std::int64_t R, B, H, K;
@@ -68,16 +60,6 @@ struct Set {
   TensorView x, weight, grad_y;
 };
 
-std::vector<float> download(const void* p, std::size_t n, DType dtype) {
-  std::vector<float> h(n);
-  cuda::visit_device_dtype(dtype, [&]<class T>() {
-    std::vector<T> raw(n);
-    check(cudaMemcpy(raw.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
-    for (std::size_t i = 0; i < n; ++i) h[i] = static_cast<float>(raw[i]);
-  });
-  return h;
-}
-
 // max |a - b| / max |b|, with a[i] compared to b[index(i)].
 double disagreement(const std::vector<float>& a, const std::vector<float>& b,
                     const std::function<std::size_t(std::size_t)>& index) {
@@ -99,11 +81,9 @@ std::vector<Set> input_sets(const Shape& s, DType dtype, bool head_major, Buffer
   std::vector<Set> in;
   for (int i = 0; i < sets; ++i) {
     void *x = buf.alloc(nx), *w = buf.alloc(nw), *dy = buf.alloc(ny);
-    cuda::visit_device_dtype(dtype, [&]<class T>() {
-      fill_uniform<<<1024, 256, 0, stream>>>(static_cast<T*>(x), nx, 3 * i + 1);
-      fill_uniform<<<1024, 256, 0, stream>>>(static_cast<T*>(w), nw, 3 * i + 2);
-      fill_uniform<<<1024, 256, 0, stream>>>(static_cast<T*>(dy), ny, 3 * i + 3);
-    });
+    fill_uniform(x, nx, dtype, 3 * i + 1, stream);
+    fill_uniform(w, nw, dtype, 3 * i + 2, stream);
+    fill_uniform(dy, ny, dtype, 3 * i + 3, stream);
     const std::int64_t sr = head_major ? s.H : s.B * s.H, sb = head_major ? RH : s.H;
     in.push_back({TensorView::strided(x, dtype, dev, {s.R, s.B, s.H}, {sr, sb, 1}),
                   TensorView::contiguous(w, dtype, dev, {s.K, RH}), TensorView::contiguous(dy, dtype, dev, {s.B, s.K})});
@@ -160,15 +140,17 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
     gemm_dx(set);
     gemm_dw(set);
   };
-  Gradients x_only, weight_only;
+  Gradients x_only, weight_only, bias_only;
   x_only.x = all.x;
   weight_only.weight = all.weight;
+  bias_only.bias = all.bias;
 
   // The library's results against the comparator's (set 0; dX indexed into the (B, R*H) layout).
   library(all)(0);
   gemm_only(0);
   check(cudaStreamSynchronize(stream), "check runs");
-  const double dx_err = disagreement(download(grad_x, nx, dtype), download(cat_grad_x, nx, dtype), [&](std::size_t i) {
+  const auto download = [dtype](const void* p, std::size_t n) { return download_as_float(p, n, dtype); };
+  const double dx_err = disagreement(download(grad_x, nx), download(cat_grad_x, nx), [&](std::size_t i) {
     // grad_x element i in storage order of x's layout -> (r, b, h) -> the comparator's b*RH + r*H + h
     std::size_t r, b, h;
     if (head_major)
@@ -179,19 +161,21 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
   });
   // The comparator's column-major (R*H x K) with ld R*H is the row-major (K, R*H) itself.
   const double dw_err =
-      disagreement(download(grad_w, nw, dtype), download(gemm_grad_w, nw, dtype), [](std::size_t i) { return i; });
+      disagreement(download(grad_w, nw), download(gemm_grad_w, nw), [](std::size_t i) { return i; });
 
   const double flops = 4.0 * s.B * s.K * RH;
   const int repeats = static_cast<int>(std::clamp(4e10 / flops, 10.0, 200.0));
   const auto t = timing::time_gpu_interleaved(
-      {library(all), library(no_bias), gemm_only, library(x_only), gemm_dx, library(weight_only), gemm_dw}, sets,
-      repeats, stream);
-  std::printf("%lld,%lld,%lld,%lld,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2e,%.2e\n",
+      {library(all), library(no_bias), gemm_only, library(x_only), gemm_dx, library(weight_only), gemm_dw,
+       library(bias_only)},
+      sets, repeats, stream);
+  const double grad_y_bytes = static_cast<double>(s.B * s.K * dtype_size(dtype));
+  std::printf("%lld,%lld,%lld,%lld,%s,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2e,%.2e,%.3f,%.1f\n",
               (long long)s.R, (long long)s.B, (long long)s.H, (long long)s.K, std::string(dtype_name(dtype)).c_str(),
               head_major ? "head-major" : "contiguous", t[0].graph_us, t[1].graph_us, t[2].graph_us,
               t[1].graph_us / t[2].graph_us, flops / t[1].graph_us / 1e6, t[3].graph_us, t[4].graph_us,
               t[3].graph_us / t[4].graph_us, t[5].graph_us, t[6].graph_us, t[5].graph_us / t[6].graph_us, dx_err,
-              dw_err);
+              dw_err, t[7].graph_us, grad_y_bytes / t[7].graph_us / 1e3);
   std::fflush(stdout);
 }
 
@@ -287,7 +271,7 @@ int main(int argc, char** argv) {
   } else {
     std::printf("R,B,H,K,dtype,x_layout,backward_us,backward_no_bias_us,gemm_only_us,"
                 "no_bias_over_gemm_only,no_bias_tflops,dx_us,gemm_dx_us,dx_over_gemm,dw_us,gemm_dw_us,dw_over_gemm,"
-                "dx_disagreement,dw_disagreement\n");
+                "dx_disagreement,dw_disagreement,bias_us,bias_read_gbps\n");
     const Shape shapes[] = {{4, 12, 32, 56},      {8, 1024, 128, 1024}, {26, 4096, 64, 1024}, {16, 4096, 32, 2048},
                             {4, 16384, 64, 1024}, {4, 4096, 256, 4096}, {32, 8192, 128, 4096}, {8, 8192, 512, 4096},
                             {4, 16384, 64, 8192}};

@@ -32,6 +32,7 @@
 #include "cuda/mma_gemm_kernel.hpp"
 #include "cuda/simt_gemm_kernel.hpp"
 #include "cuda/unfused_cublaslt.hpp"
+#include "device_values.cuh"
 #include "gett_candidates.hpp"
 #include "timing.hpp"
 
@@ -50,14 +51,6 @@ namespace {
 
 using cuda::check;
 
-template <class T>
-__global__ void fill_uniform(T* p, std::size_t n, unsigned seed) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
-    unsigned h = static_cast<unsigned>(i) * 2654435761u ^ seed;
-    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-    p[i] = cuda::from_float<T>(static_cast<float>(h & 0xffffu) / 65536.f - 0.5f);
-  }
-}
 __global__ void empty_kernel() {}
 
 struct Shape {
@@ -81,11 +74,9 @@ struct Inputs {
     gemm_workspace = alloc((cuda::kGemmWorkspaceBytes + element - 1) / element);
     for (int i = 0; i < count; ++i) {
       void *x = alloc(nx), *w = alloc(nw), *b = alloc(s.K);
-      cuda::visit_device_dtype(dtype, [&]<class T>() {
-        fill_uniform<<<1024, 256, 0, stream>>>(static_cast<T*>(x), nx, 3 * i + 1);
-        fill_uniform<<<1024, 256, 0, stream>>>(static_cast<T*>(w), nw, 3 * i + 2);
-        fill_uniform<<<1024, 256, 0, stream>>>(static_cast<T*>(b), s.K, 3 * i + 3);
-      });
+      fill_uniform(x, nx, dtype, 3 * i + 1, stream);
+      fill_uniform(w, nw, dtype, 3 * i + 2, stream);
+      fill_uniform(b, s.K, dtype, 3 * i + 3, stream);
       const auto dev = Device::cuda(0);
       sets.push_back(validate_forward_args(TensorView::contiguous(x, dtype, dev, {s.R, s.B, s.H}),
                                            TensorView::contiguous(w, dtype, dev, {s.K, s.R * s.H}),
@@ -103,15 +94,7 @@ struct Inputs {
     allocations.push_back(p);
     return p;
   }
-  std::vector<float> download_y(std::size_t n) const {
-    std::vector<float> h(n);
-    cuda::visit_device_dtype(dtype, [&]<class T>() {
-      std::vector<T> raw(n);
-      check(cudaMemcpy(raw.data(), y, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
-      for (std::size_t i = 0; i < n; ++i) h[i] = static_cast<float>(raw[i]);
-    });
-    return h;
-  }
+  std::vector<float> download_y(std::size_t n) const { return download_as_float(y, n, dtype); }
 };
 
 using Run = std::function<void(const Problem&, cudaStream_t)>;
