@@ -16,6 +16,7 @@
 
 #include "core/numeric.hpp"
 #include "cpu/cpu_kernels.hpp"
+#include "cpu/scratch.hpp"
 #include "gather_linear/error.hpp"
 
 namespace gather_linear::cpu {
@@ -80,25 +81,6 @@ Engine engine_for(SimdLevel level) {
   (void)level;
   return portable::engine<In>();
 }
-
-// Grow-only, 64-byte aligned scratch; one per thread so concurrent callers never share it.
-class Scratch {
- public:
-  void* bytes(std::size_t n) {
-    if (n > capacity_) {
-      capacity_ = std::max(n, capacity_ * 2);
-      data_.reset(static_cast<std::byte*>(::operator new(capacity_, std::align_val_t{64})));
-    }
-    return data_.get();
-  }
-
- private:
-  struct AlignedDelete {
-    void operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<std::byte, AlignedDelete> data_;
-  std::size_t capacity_ = 0;
-};
 
 thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
 
