@@ -42,6 +42,29 @@ TEST(CpuEngineAsan, PackedPathStaysInsideItsBuffers) {
   }
 }
 
+// The AMX kernel's packing, gathering and epilogue (the tile loads and stores are inline
+// assembly, which the sanitizer does not see): several weight blocks, tasks split by outputs,
+// padded rows, an odd reduction, strided x.
+TEST(CpuEngineAsan, AmxStaysInsideItsBuffers) {
+  if (!cpu::amx_bf16_supported()) GTEST_SKIP() << "no AMX-BF16 on this processor";
+  for (int threads : {1, 3}) {
+    for (Shape shape : {Shape{2, 200, 1024, 2500}, Shape{3, 5, 333, 70}, Shape{4, 12, 32, 56}}) {
+      for (Layout layout : {Layout::head_major, Layout::strided, Layout::misaligned}) {
+        const Case c{shape, DType::bfloat16, layout, true};
+        Operands o = make_operands(c, 5);
+        const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+        std::thread([&] {
+          omp_set_num_threads(threads);
+          cpu::run_amx_bf16(p);
+        }).join();
+        // float32 sums of products of bfloat16 inputs, then one rounding to bfloat16
+        EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), p.B, p.K), 0x1p-7) << c << " with " << threads;
+        EXPECT_TRUE(gaps_untouched(o.y)) << c << " with " << threads << " threads: wrote outside y's view";
+      }
+    }
+  }
+}
+
 // The backward's transposed views: strided packing of both operands and strided stores, in the
 // packed and the direct paths (gradients.x reduces over K, gradients.weight over B).
 TEST(CpuEngineAsan, BackwardStaysInsideItsBuffers) {

@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 
+#include "core/kernel_registry.hpp"
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "test_support.hpp"
@@ -74,7 +77,9 @@ TEST_P(CpuForwardSweep, GatherGemmAtEverySimdLevelAndPath) {
 
 TEST_P(CpuForwardSweep, DispatchedAndForcedKernels) {
   const Case c = GetParam();
-  for (const char* kernel : {"auto", "cpu_gather_gemm", "cpu_reference", "cpu_unfused_blas"}) {
+  const bool amx = c.dtype == DType::bfloat16 && cpu::amx_bf16_supported();
+  for (const char* kernel : {"auto", "cpu_gather_gemm", "cpu_reference", "cpu_unfused_blas", "cpu_amx_bf16"}) {
+    if (kernel == std::string_view("cpu_amx_bf16") && !amx) continue;  // AmxBf16 tests its refusals
     const double err = error_of(c, [&](Operands& o) {
       Options options;
       options.kernel = kernel;
@@ -87,13 +92,34 @@ TEST_P(CpuForwardSweep, DispatchedAndForcedKernels) {
 INSTANTIATE_TEST_SUITE_P(Sweep, CpuForwardSweep, ::testing::ValuesIn(all_cases(kShapes, kDtypes, kLayouts)),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
-// Large enough for several packed weight blocks (> 4 MB), many row blocks and all threads.
+// Large enough for several packed weight blocks (> 4 MB), many row blocks and all threads; the
+// last shape gives the AMX kernel two weight blocks and tasks of 1024 outputs.
 TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
-  for (DType dtype : {DType::float32, DType::bfloat16}) {
-    const Case c{{4, 300, 512, 700}, dtype, Layout::head_major, true};
-    const double err = error_of(c, [](Operands& o) { forward(o.x.view, o.weight.view, o.bias_view(), o.y.view); });
-    expect_accurate(c, err, "auto");
-  }
+  for (DType dtype : {DType::float32, DType::bfloat16})
+    for (Shape shape : {Shape{4, 300, 512, 700}, Shape{2, 200, 1024, 2500}}) {
+      const Case c{shape, dtype, Layout::head_major, true};
+      const double err = error_of(c, [](Operands& o) { forward(o.x.view, o.weight.view, o.bias_view(), o.y.view); });
+      expect_accurate(c, err, "auto");
+    }
+}
+
+// The AMX kernel: chosen for bfloat16 where the processor has AMX-BF16, refused by name
+// otherwise (another dtype, or a processor without it).
+TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
+  const Case bf16{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true};
+  Operands o = make_operands(bf16, 3);
+  const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+  EXPECT_EQ(cpu::choose_kernel(p, {}).info.name, cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_gather_gemm");
+  Options options;
+  options.kernel = "cpu_amx_bf16";
+  if (!cpu::amx_bf16_supported())
+    expect_library_error([&] { forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options); },
+                         "options.kernel", "needs AMX-BF16", ErrorCode::unsupported);
+  const Case fp32{{4, 12, 32, 56}, DType::float32, Layout::contiguous, true};
+  Operands f = make_operands(fp32, 3);
+  expect_library_error([&] { forward(f.x.view, f.weight.view, f.bias_view(), f.y.view, options); },
+                       "options.kernel", "bfloat16 only", ErrorCode::unsupported);
+  EXPECT_EQ(first_unpoisoned(f.y), std::nullopt) << "y written";
 }
 
 // A single row's stride is never used: OpenBLAS's 32-bit interface must not refuse a huge one.

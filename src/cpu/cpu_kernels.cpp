@@ -7,6 +7,8 @@ namespace {
 
 std::string runs_anything(const Problem&, const Options&) { return {}; }
 void gather_gemm(const Problem& p, const Options&, Workspace, CudaStream) { run_gather_gemm(p); }
+std::string amx_why_not(const Problem& p, const Options&) { return amx_bf16_why_not(p); }
+void amx(const Problem& p, const Options&, Workspace, CudaStream) { run_amx_bf16(p); }
 void reference(const Problem& p, const Options&, Workspace, CudaStream) { run_reference(p); }
 
 #ifdef GATHER_LINEAR_HAVE_OPENBLAS
@@ -15,6 +17,9 @@ void unfused(const Problem& p, const Options&, Workspace, CudaStream) { run_unfu
 #endif
 
 const KernelEntry kKernels[] = {
+    {{"cpu_amx_bf16", DeviceType::cpu, true,
+      "bfloat16 on AMX tiles, gathering x's rows while packing; OpenMP threads (needs AMX-BF16)"},
+     true, amx_why_not, nullptr, amx},
     {{"cpu_gather_gemm", DeviceType::cpu, true,
       "SIMD GEMM (AVX-512, AVX2 or SSE2) that gathers x's rows while packing; OpenMP threads"},
      true, runs_anything, nullptr, gather_gemm},
@@ -30,6 +35,10 @@ const KernelEntry kKernels[] = {
 
 std::span<const KernelEntry> kernels() { return kKernels; }
 
-const KernelEntry& choose_kernel(const Problem&, const Options&) { return kKernels[0]; }
+// AMX for bfloat16 where the processor has it (it won from the seed problem up, measured in
+// docs/PERFORMANCE.md); the SIMD engine otherwise.
+const KernelEntry& choose_kernel(const Problem& p, const Options&) {
+  return amx_bf16_why_not(p).empty() ? kKernels[0] : kKernels[1];
+}
 
 }  // namespace gather_linear::cpu

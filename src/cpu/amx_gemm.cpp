@@ -1,0 +1,302 @@
+// Fused CPU forward for bfloat16 on AMX (Intel's tile matrix unit): y = A * W^T + bias with
+// A[b, r*H + h] = x[r, b, h], float32 accumulation, y rounded to bfloat16 once.
+//
+// One tile multiply (TDPBF16PS) adds a 16 x 32 bfloat16 tile of A times a 32 x 16 tile of W^T
+// into a 16 x 16 float32 tile: 8192 multiply-adds, where an AVX-512 FMA does 16. The micro-kernel
+// keeps a 32 x 32 block of y in four accumulator tiles and streams two A tiles and two W tiles
+// per 32-deep step, which uses all eight tile registers.
+//
+// Layouts (the blocking is the float32 engine's, gather_gemm.cpp):
+// - W is packed per call, in blocks of about 4 MB, into panels of 16 outputs in the pair-
+//   interleaved form TDPBF16PS reads: packed[panel][c / 2][j][c % 2] = W[panel*16 + j, c].
+// - A row block of A is gathered straight from x, per 512-deep slice of the reduction, into a
+//   row-major buffer (a cache line of padding per row): the gather is the packing, as in the
+//   float32 engine.
+// Rows, outputs and the reduction are padded with zeros to multiples of 32.
+//
+// Linux hands out AMX state only on request (arch_prctl ARCH_REQ_XCOMP_PERM); without it, or
+// without the instructions, the kernel reports itself unsupported and is never chosen.
+#include <cpuid.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/numeric.hpp"
+#include "cpu/cpu_kernels.hpp"
+#include "cpu/scratch.hpp"
+#include "gather_linear/error.hpp"
+
+namespace gather_linear::cpu {
+namespace {
+
+constexpr int kTile = 16;      // rows of a tile, and float32 columns of an accumulator tile
+constexpr int kStep = 32;      // bfloat16 reduction depth of one tile multiply
+constexpr int kBlock = 32;     // rows and outputs of the micro-kernel's block of y
+constexpr int kSlice = 512;    // reduction slice gathered at a time (a row block's slice stays in L2)
+// Row stride of the gathered rows: a line past the slice, so that a tile's 16 rows do not all
+// fall in the same few L1 sets.
+constexpr int kLda = kSlice + 32;
+constexpr int kRowBlock = 128;  // rows of y per task
+constexpr std::int64_t kGroupOutputs = 1024;  // outputs of y per task, at most
+constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;
+// Below this much work the OpenMP fork/join costs more than it saves.
+constexpr double kParallelFlops = 4e6;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
+
+// GCC 11 brought the AMX intrinsics (inline assembly: binutils 2.36 or later assembles it).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define GATHER_LINEAR_HAS_AMX 1
+
+bool amx_usable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
+  if (!amx_bf16 || !amx_tile || !__builtin_cpu_supports("avx512f")) return false;  // AVX-512 packs the weight
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16")
+
+// Every tile 16 rows of 64 bytes: accumulators 0-3, A tiles 4-5, W tiles 6-7.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {kTile, kTile, kTile, kTile, kTile, kTile, kTile, kTile};
+};
+// In static storage: GCC's _tile_loadconfig tells the compiler it reads only 8 bytes, so the
+// stores of a local configuration could be dropped.
+constexpr TileConfig kTileConfig{};
+
+void configure_tiles() { _tile_loadconfig(&kTileConfig); }
+
+// c (32 x 32 float32, row stride ldc elements) += a (32 x depth bfloat16, row stride lda) *
+// the two 16-output panels w0, w1 (pair-interleaved, from the slice's first pair row on).
+void micro_kernel(int depth, const BFloat16* a, std::int64_t lda, const BFloat16* w0, const BFloat16* w1, float* c,
+                  std::int64_t ldc) {
+  const std::int64_t a_stride = lda * 2, c_stride = ldc * 4;
+  // The tile instructions are asm statements the compiler does not know touch memory: fence
+  // ordinary stores to a and c before them, and loads of c after.
+  asm volatile("" ::: "memory");
+  _tile_loadd(0, c, c_stride);
+  _tile_loadd(1, c + kTile, c_stride);
+  _tile_loadd(2, c + kTile * ldc, c_stride);
+  _tile_loadd(3, c + kTile * ldc + kTile, c_stride);
+  // Each operand is loaded just before its first multiply, so that the loads of a step overlap
+  // the multiplies of the one before.
+  for (int step = 0; step < depth; step += kStep) {
+    _tile_loadd(4, a + step, a_stride);
+    _tile_loadd(6, w0 + step * kTile, 64);  // 16 pair rows of 16 outputs
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, w1 + step * kTile, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a + kTile * lda + step, a_stride);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, c_stride);
+  _tile_stored(1, c + kTile, c_stride);
+  _tile_stored(2, c + kTile * ldc, c_stride);
+  _tile_stored(3, c + kTile * ldc + kTile, c_stride);
+  asm volatile("" ::: "memory");
+}
+
+void release_tiles() { _tile_release(); }
+
+#pragma GCC pop_options
+#endif
+
+#ifdef GATHER_LINEAR_HAS_AMX
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's unpack intrinsics start from _mm512_undefined
+// out[q * 16 + j] = rows[j][q] for 16 rows of 16 32-bit words (a null row reads as zeros): two
+// rounds of interleaving within 128-bit lanes, then two of lane shuffles.
+void transpose_words_16x16(const std::uint32_t* const rows[kTile], std::uint32_t* out) {
+  __m512i r[16], a[16], b[16];
+  for (int j = 0; j < 16; ++j) r[j] = rows[j] ? _mm512_loadu_si512(rows[j]) : _mm512_setzero_si512();
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // b[4i + m], lane L: rows 4i .. 4i+3 of word 4L + m
+    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x88), c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xdd);
+    const __m512i d0 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x88);
+    const __m512i d1 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xdd);
+    _mm512_storeu_si512(out + (0 + m) * 16, _mm512_shuffle_i32x4(c0, d0, 0x88));
+    _mm512_storeu_si512(out + (4 + m) * 16, _mm512_shuffle_i32x4(c1, d1, 0x88));
+    _mm512_storeu_si512(out + (8 + m) * 16, _mm512_shuffle_i32x4(c0, d0, 0xdd));
+    _mm512_storeu_si512(out + (12 + m) * 16, _mm512_shuffle_i32x4(c1, d1, 0xdd));
+  }
+}
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+
+// One panel of 16 outputs from k_first, every reduction index up to depth (RH padded), in pairs.
+// With a unit inner stride a pair is one 32-bit word, and the panel is a 16 x (depth / 2)
+// transposition of words, 16 x 16 at a time.
+void pack_weight_panel(const Problem& p, std::int64_t k_first, std::int64_t depth, BFloat16* out) {
+  const auto* weight = static_cast<const BFloat16*>(p.weight);
+  const int valid = static_cast<int>(std::clamp<std::int64_t>(p.K - k_first, 0, kTile));
+  const std::int64_t pairs = depth / 2, full_pairs = p.weight_stride_c == 1 ? p.RH / 2 : 0;
+  const BFloat16* rows[kTile] = {};
+  for (int j = 0; j < valid; ++j) rows[j] = weight + (k_first + j) * p.weight_stride_k;
+  std::int64_t q = 0;
+#ifdef GATHER_LINEAR_HAS_AMX
+  for (; q + kTile <= full_pairs; q += kTile) {
+    const std::uint32_t* words[kTile] = {};
+    for (int j = 0; j < valid; ++j) words[j] = reinterpret_cast<const std::uint32_t*>(rows[j] + 2 * q);
+    transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + q * 2 * kTile));
+  }
+#endif
+  for (; q < full_pairs; ++q) {
+    std::uint32_t words[kTile] = {};
+    for (int j = 0; j < valid; ++j) std::memcpy(&words[j], rows[j] + 2 * q, sizeof(std::uint32_t));
+    std::memcpy(out + q * 2 * kTile, words, sizeof words);
+  }
+  for (; q < pairs; ++q)  // an odd RH's last pair, the padding, strided views
+    for (int j = 0; j < kTile; ++j)
+      for (int t = 0; t < 2; ++t) {
+        const std::int64_t c = 2 * q + t;
+        out[(q * kTile + j) * 2 + t] = j < valid && c < p.RH ? rows[j][c * p.weight_stride_c] : BFloat16{};
+      }
+}
+
+// Rows [b0, b0 + rows) x reduction [c0, c0 + depth) of A gathered from x, row-major with row
+// stride lda; rows up to padded_rows and indices past RH are zero.
+void gather_rows(const Problem& p, std::int64_t b0, int rows, int padded_rows, std::int64_t c0, int depth, int lda,
+                 BFloat16* out) {
+  const auto* x = static_cast<const BFloat16*>(p.x);
+  for (int i = 0; i < padded_rows; ++i) {
+    BFloat16* dst = out + static_cast<std::int64_t>(i) * lda;
+    const int real = i < rows ? static_cast<int>(std::clamp<std::int64_t>(p.RH - c0, 0, depth)) : 0;
+    const BFloat16* row = x + (b0 + i) * p.x_stride_b;
+    std::int64_t r = c0 / std::max<std::int64_t>(p.H, 1), h = c0 - r * p.H;
+    for (int done = 0; done < real; ++r, h = 0) {
+      const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, real - done));  // rest of slice r
+      const BFloat16* src = row + r * p.x_stride_r + h * p.x_stride_h;
+      if (p.x_stride_h == 1)
+        std::memcpy(dst + done, src, static_cast<std::size_t>(run) * sizeof(BFloat16));
+      else
+        for (int t = 0; t < run; ++t) dst[done + t] = src[t * p.x_stride_h];
+      done += run;
+    }
+    std::memset(dst + real, 0, static_cast<std::size_t>(depth - real) * sizeof(BFloat16));
+  }
+}
+
+#ifdef GATHER_LINEAR_HAS_AMX
+thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
+
+// y[b0 .. b0 + rows, k0 .. k0 + outputs) from the packed block whose first output is k_block0.
+void compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_block0, std::int64_t depth,
+                   std::int64_t b0, int rows, std::int64_t k0, int outputs) {
+  const int padded_rows = static_cast<int>(round_up(rows, kBlock));
+  const int padded_outputs = static_cast<int>(round_up(outputs, kBlock));
+  auto* a = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(kRowBlock) * kLda * sizeof(BFloat16)));
+  const std::size_t c_bytes = static_cast<std::size_t>(padded_rows) * padded_outputs * sizeof(float);
+  auto* c = static_cast<float*>(c_scratch.bytes(c_bytes));
+  std::memset(c, 0, c_bytes);
+  const std::int64_t panel_elements = depth * kTile;
+  configure_tiles();
+  for (std::int64_t c0 = 0; c0 < depth; c0 += kSlice) {
+    const int slice = static_cast<int>(std::min<std::int64_t>(kSlice, depth - c0));
+    gather_rows(p, b0, rows, padded_rows, c0, slice, kLda, a);
+    for (int jr = 0; jr < padded_outputs; jr += kBlock) {
+      const BFloat16* w0 = packed + ((k0 - k_block0 + jr) / kTile) * panel_elements + c0 * kTile;
+      for (int ir = 0; ir < padded_rows; ir += kBlock)
+        micro_kernel(slice, a + static_cast<std::int64_t>(ir) * kLda, kLda, w0, w0 + panel_elements,
+                     c + static_cast<std::int64_t>(ir) * padded_outputs + jr, padded_outputs);
+    }
+  }
+  release_tiles();
+  const auto* bias = static_cast<const BFloat16*>(p.bias);
+  auto* y = static_cast<BFloat16*>(p.y);
+  for (int i = 0; i < rows; ++i) {
+    BFloat16* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
+    const float* c_row = c + static_cast<std::int64_t>(i) * padded_outputs;
+    for (int j = 0; j < outputs; ++j)
+      y_row[j * p.y_stride_k] = to_bfloat16(c_row[j] + (bias ? to_float(bias[k0 + j]) : 0.f));
+  }
+}
+#endif
+
+}  // namespace
+
+bool amx_bf16_supported() {
+#ifdef GATHER_LINEAR_HAS_AMX
+  static const bool usable = amx_usable();
+  return usable;
+#else
+  return false;
+#endif
+}
+
+std::string amx_bf16_why_not(const Problem& p) {
+  if (p.dtype != DType::bfloat16) return "bfloat16 only";
+  if (!amx_bf16_supported()) return "needs AMX-BF16 tiles, which this processor (or its operating system) lacks";
+  return {};
+}
+
+void run_amx_bf16(const Problem& p) {
+  if (const std::string why = amx_bf16_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
+#ifdef GATHER_LINEAR_HAS_AMX
+  if (p.B == 0 || p.K == 0) return;
+  const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
+  const std::int64_t panel_elements = depth * kTile;
+  // Panels come in pairs (the micro-kernel's 32 outputs); a pair past K is zeros.
+  const std::int64_t pairs_total = ceil_div(p.K, kBlock);
+  const std::int64_t pair_bytes = 2 * panel_elements * static_cast<std::int64_t>(sizeof(BFloat16));
+  const std::int64_t pairs_per_block = std::clamp<std::int64_t>(kPackedWeightBlockBytes / pair_bytes, 1, pairs_total);
+  auto* packed =
+      static_cast<BFloat16*>(packed_weight_scratch.bytes(static_cast<std::size_t>(pairs_per_block * pair_bytes)));
+  const int threads = omp_get_max_threads();
+  const bool parallel = threads > 1 && p.flops() > kParallelFlops;
+
+  for (std::int64_t pair0 = 0; pair0 < pairs_total; pair0 += pairs_per_block) {
+    const std::int64_t pairs = std::min(pairs_per_block, pairs_total - pair0);
+    const std::int64_t k_block0 = pair0 * kBlock;
+#pragma omp parallel for if (parallel) schedule(static)
+    for (std::int64_t q = 0; q < 2 * pairs; ++q)
+      pack_weight_panel(p, k_block0 + q * kTile, depth, packed + q * panel_elements);
+
+    // Enough tasks for every thread even when B is small (the block's outputs split too), and at
+    // most kGroupOutputs outputs a task, so that its float32 block of y stays in L2.
+    const std::int64_t row_blocks = ceil_div(p.B, kRowBlock);
+    const std::int64_t for_threads = parallel ? ceil_div(2 * threads, row_blocks) : 1;
+    const std::int64_t for_size = ceil_div(pairs * kBlock, kGroupOutputs);
+    const std::int64_t groups = std::clamp<std::int64_t>(std::max(for_threads, for_size), 1, pairs);
+    const std::int64_t pairs_per_group = ceil_div(pairs, groups);
+#pragma omp parallel for if (parallel) schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < row_blocks * groups; ++task) {
+      const std::int64_t first_pair = (task % groups) * pairs_per_group;
+      if (first_pair >= pairs) continue;
+      const std::int64_t b0 = (task / groups) * kRowBlock;
+      const int rows = static_cast<int>(std::min<std::int64_t>(kRowBlock, p.B - b0));
+      const std::int64_t k0 = k_block0 + first_pair * kBlock;
+      const std::int64_t group_pairs = std::min(pairs_per_group, pairs - first_pair);
+      const int outputs = static_cast<int>(std::min(group_pairs * kBlock, p.K - k0));
+      compute_block(p, packed, k_block0, depth, b0, rows, k0, outputs);
+    }
+  }
+#endif
+}
+
+}  // namespace gather_linear::cpu
