@@ -28,6 +28,7 @@
 #include <string>
 
 #include "core/numeric.hpp"
+#include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/scratch.hpp"
 #include "gather_linear/error.hpp"
@@ -48,7 +49,6 @@ constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;
 // Below this much work the OpenMP fork/join costs more than it saves.
 constexpr double kParallelFlops = 4e6;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
 // GCC 11 brought the AMX intrinsics (inline assembly: binutils 2.36 or later assembles it).
@@ -279,22 +279,15 @@ void run_amx_bf16(const Problem& p) {
 
     // Enough tasks for every thread even when B is small (the block's outputs split too), and at
     // most kGroupOutputs outputs a task, so that its float32 block of y stays in L2.
-    const std::int64_t row_blocks = ceil_div(p.B, kRowBlock);
-    const std::int64_t for_threads = parallel ? ceil_div(2 * threads, row_blocks) : 1;
+    const std::int64_t for_threads = parallel ? ceil_div(2 * threads, ceil_div(p.B, kRowBlock)) : 1;
     const std::int64_t for_size = ceil_div(pairs * kBlock, kGroupOutputs);
     const std::int64_t groups = std::clamp<std::int64_t>(std::max(for_threads, for_size), 1, pairs);
-    const std::int64_t pairs_per_group = ceil_div(pairs, groups);
-#pragma omp parallel for if (parallel) schedule(dynamic, 1)
-    for (std::int64_t task = 0; task < row_blocks * groups; ++task) {
-      const std::int64_t first_pair = (task % groups) * pairs_per_group;
-      if (first_pair >= pairs) continue;
-      const std::int64_t b0 = (task / groups) * kRowBlock;
-      const int rows = static_cast<int>(std::min<std::int64_t>(kRowBlock, p.B - b0));
-      const std::int64_t k0 = k_block0 + first_pair * kBlock;
-      const std::int64_t group_pairs = std::min(pairs_per_group, pairs - first_pair);
-      const int outputs = static_cast<int>(std::min(group_pairs * kBlock, p.K - k0));
-      compute_block(p, packed, k_block0, depth, b0, rows, k0, outputs);
-    }
+    for_each_block_task(p.B, kRowBlock, pairs, groups, parallel,
+                        [&](std::int64_t b0, int rows, std::int64_t first_pair, std::int64_t group_pairs) {
+                          const std::int64_t k0 = k_block0 + first_pair * kBlock;
+                          const int outputs = static_cast<int>(std::min(group_pairs * kBlock, p.K - k0));
+                          compute_block(p, packed, k_block0, depth, b0, rows, k0, outputs);
+                        });
   }
 #endif
 }

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "core/numeric.hpp"
+#include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/scratch.hpp"
 #include "gather_linear/error.hpp"
@@ -91,8 +92,6 @@ constexpr double kDirectFlops = 4e6;
 // A packed weight block this large keeps one KC-slice of it in L2/L3 while row blocks stream.
 constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
 template <class In>
 void run_engine(const Problem& p, const Engine& e, GemmPath path) {
   using Acc = AccumulatorOf<In>;
@@ -123,25 +122,18 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
     for (std::int64_t q = 0; q < panels; ++q) e.pack_weight_panel(p, k_block0 + q * NR, packed + q * panel_elems);
 
     // Enough tasks for every thread even when B is small: split the block's columns too.
-    const std::int64_t row_blocks = ceil_div(p.B, MC);
-    const std::int64_t groups = parallel ? std::clamp<std::int64_t>(ceil_div(2 * threads, row_blocks), 1, panels) : 1;
-    const std::int64_t panels_per_group = ceil_div(panels, groups);
-#pragma omp parallel for if (parallel) schedule(dynamic, 1)
-    for (std::int64_t task = 0; task < row_blocks * groups; ++task) {
-      const std::int64_t first_panel = (task % groups) * panels_per_group;
-      if (first_panel >= panels) continue;
-      const std::int64_t b0 = (task / groups) * MC;
-      const int mc = static_cast<int>(std::min<std::int64_t>(MC, p.B - b0));
-      const std::int64_t k0 = k_block0 + first_panel * NR;
-      // The block's last group may hold fewer panels than the others: never past the packed block.
-      const std::int64_t group_panels = std::min(panels_per_group, panels - first_panel);
-      const int nc = static_cast<int>(std::min(group_panels * NR, p.K - k0));
-      const std::size_t c_elems =
-          static_cast<std::size_t>(ceil_div(mc, MR) * MR) * static_cast<std::size_t>(ceil_div(nc, NR) * NR);
-      void* a_buf = a_scratch.bytes(static_cast<std::size_t>(MC) * KC * sizeof(Acc));
-      void* c_buf = c_scratch.bytes(c_elems * sizeof(Acc));
-      e.compute_tile(p, packed, k_block0, b0, mc, k0, nc, a_buf, c_buf);
-    }
+    const std::int64_t groups =
+        parallel ? std::clamp<std::int64_t>(ceil_div(2 * threads, ceil_div(p.B, MC)), 1, panels) : 1;
+    for_each_block_task(p.B, MC, panels, groups, parallel,
+                        [&](std::int64_t b0, int mc, std::int64_t first_panel, std::int64_t group_panels) {
+                          const std::int64_t k0 = k_block0 + first_panel * NR;
+                          const int nc = static_cast<int>(std::min(group_panels * NR, p.K - k0));
+                          const std::size_t c_elems = static_cast<std::size_t>(ceil_div(mc, MR) * MR) *
+                                                      static_cast<std::size_t>(ceil_div(nc, NR) * NR);
+                          void* a_buf = a_scratch.bytes(static_cast<std::size_t>(MC) * KC * sizeof(Acc));
+                          void* c_buf = c_scratch.bytes(c_elems * sizeof(Acc));
+                          e.compute_tile(p, packed, k_block0, b0, mc, k0, nc, a_buf, c_buf);
+                        });
   }
 }
 
