@@ -12,6 +12,7 @@
 //
 //   backward_timing > backward.csv
 //   backward_timing --forms > backward_forms.csv
+//   backward_timing --forms R,B,H,K[,f32|bf16] ... > forms.csv     (those shapes only)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -259,6 +260,19 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "--forms") {
     std::printf("R,B,H,K,dtype,x_elements,dw_slices_us,dw_concatenated_us,dw_gemm_only_us,"
                 "dw_concatenated_over_slices,dx_slices_us,dx_split_us,dx_gemm_only_us,dx_split_over_slices\n");
+    if (argc > 2) {  // the shapes given, R,B,H,K[,f32|bf16] (bf16 when the dtype is left out)
+      for (int i = 2; i < argc; ++i) {
+        long long R = 0, B = 0, H = 0, K = 0;
+        char dtype[8] = "bf16";
+        if (std::sscanf(argv[i], "%lld,%lld,%lld,%lld,%7s", &R, &B, &H, &K, dtype) < 4) {
+          std::fprintf(stderr, "expected R,B,H,K[,f32|bf16], got %s\n", argv[i]);
+          return 2;
+        }
+        run_forms({R, B, H, K}, std::string_view(dtype) == "f32" ? DType::float32 : DType::bfloat16, stream);
+      }
+      check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+      return 0;
+    }
     // Narrow slices (and H = 128, where batching is the rule) from the seed's size to 64M elements.
     for (DType dtype : {DType::bfloat16, DType::float32})
       for (std::int64_t H : {32, 64, 128})

@@ -153,7 +153,8 @@ void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, cons
 // Whether one GEMM plus a copy (x into its concatenation, or gradients.x out of a (B, R*H)
 // scratch) beats R GEMMs of the slices in one batched call. Measured on an H200 with every form
 // forced (`backward_timing --forms`, bench/results/backward_forms_h200.csv: contiguous x, H 32 to
-// 128, R 4 and 16, B 12 to 16384, K 512 and 4096):
+// 128, R 4 and 16, B 12 to 16384, K 512 and 4096; backward_forms_h200_r.csv: bfloat16, R 8, 26
+// and 32, H 32 and 64, B 512 to 16384, K 1024 and 4096):
 // - float32: cuBLASLt's batched kernels lost badly (gradients.x up to 14x, gradients.weight up
 //   to 9x slower than the copy), while the copy cost at most 1.1x (gradients.x) or, from 2^16
 //   elements of x, 1.22x (gradients.weight); but gradients.weight's batches of full-width slices
@@ -161,15 +162,18 @@ void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, cons
 //   K = 512 (gradients.x: the reduction's depth) only the seed problem was measured, where the
 //   batch won (backward_timing_h200.csv).
 // - 16-bit: batches won while the copy's extra launch mattered; narrow slices (H < 128) lost
-//   from 2^17 elements with K >= 2048, and from 2^21 elements with any K.
-// With this rule the chosen form was within 1.23x of the better one on every shape (mean 1.01 to
-// 1.02x) except one float32 GEMM that cuBLASLt ran slowly either way.
+//   from 2^17 elements with K >= 2048, and gradients.x's from 2^21 elements with any K. Below
+//   K = 2048 gradients.weight's batches lost from 2^21 elements only where the batch is short
+//   (R <= 8) or its slices long and narrow (H = 32, B = 16384); batches of R >= 16 slices of
+//   H = 64 won by 15-35%.
 bool copy_beats_slices(const Problem& f, bool input_gradient) {
   const std::int64_t x_elements = f.B * f.RH;
   if (f.dtype == DType::float32)
     return input_gradient ? f.K >= 512 : x_elements >= (std::int64_t{1} << 16) && (f.H < 128 || f.K < 1024);
-  return f.H < 128 && x_elements >= (std::int64_t{1} << 17) &&
-         (f.K >= 2048 || x_elements >= (std::int64_t{1} << 21));
+  if (f.H >= 128 || x_elements < (std::int64_t{1} << 17)) return false;
+  if (f.K >= 2048) return true;
+  if (x_elements < (std::int64_t{1} << 21)) return false;
+  return input_gradient || f.R <= 8 || (f.H <= 32 && f.B >= 16384);
 }
 
 InputGradientForm input_gradient_form(const BackwardProblem& p) {
