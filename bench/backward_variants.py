@@ -54,6 +54,8 @@ CPU_SHAPES = [
     (26, 512, 64, 1024, torch.float32),
     (4, 2048, 64, 2048, torch.float32),
     (16, 512, 32, 512, torch.float32),
+    (8, 1024, 128, 1024, torch.bfloat16),
+    (26, 512, 64, 1024, torch.bfloat16),
 ]
 LAYOUTS = ("contiguous", "head_major")
 

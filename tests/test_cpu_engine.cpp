@@ -66,7 +66,8 @@ TEST(CpuEngineAsan, AmxStaysInsideItsBuffers) {
 }
 
 // The backward's transposed views: strided packing of both operands and strided stores, in the
-// packed and the direct paths (gradients.x reduces over K, gradients.weight over B).
+// packed and the direct paths (gradients.x reduces over K, gradients.weight over B), and in
+// bfloat16 on AMX where the processor has it.
 TEST(CpuEngineAsan, BackwardStaysInsideItsBuffers) {
   for (int threads : {1, 3}) {
     for (Shape shape : {Shape{4, 300, 64, 700}, Shape{3, 5, 7, 9}, Shape{2, 700, 300, 3}}) {
@@ -74,14 +75,16 @@ TEST(CpuEngineAsan, BackwardStaysInsideItsBuffers) {
                                              std::pair{BackwardLayout::head_major, BackwardLayout::head_major},
                                              std::pair{BackwardLayout::b_unit, BackwardLayout::strided},
                                              std::pair{BackwardLayout::strided, BackwardLayout::b_unit}}) {
-        const BackwardCase c{shape, DType::float32, x_layout, grad_x_layout};
-        BackwardOperands o = make_backward_operands(c, 5);
-        const BackwardProblem p = validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
-        std::thread([&] {
-          omp_set_num_threads(threads);
-          cpu::run_backward(p);
-        }).join();
-        expect_gradients_accurate(o, c, std::to_string(threads) + " threads");
+        for (DType dtype : {DType::float32, DType::bfloat16}) {  // bfloat16: AMX's transposed packing, where usable
+          const BackwardCase c{shape, dtype, x_layout, grad_x_layout};
+          BackwardOperands o = make_backward_operands(c, 5);
+          const BackwardProblem p = validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
+          std::thread([&] {
+            omp_set_num_threads(threads);
+            cpu::run_backward(p);
+          }).join();
+          expect_gradients_accurate(o, c, std::to_string(threads) + " threads");
+        }
       }
     }
   }

@@ -148,6 +148,13 @@ void transpose_words_16x16(const std::uint32_t* const rows[kTile], std::uint32_t
     _mm512_storeu_si512(out + (12 + m) * 16, _mm512_shuffle_i32x4(c1, d1, 0xdd));
   }
 }
+
+// out[2j + t] = row_t[j] for j < 16: two rows of 16 bfloat16 interleaved into pairs.
+void interleave_rows_16(const BFloat16* row0, const BFloat16* row1, BFloat16* out) {
+  const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0)));
+  const __m512i high = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1)));
+  _mm512_storeu_si512(out, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
+}
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 #endif
@@ -174,6 +181,15 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, std::int64_t dept
     for (int j = 0; j < valid; ++j) std::memcpy(&words[j], rows[j] + 2 * q, sizeof(std::uint32_t));
     std::memcpy(out + q * 2 * kTile, words, sizeof words);
   }
+#ifdef GATHER_LINEAR_HAS_AMX
+  // A transposed view (the backward's): the panel's 16 outputs sit side by side in each of its
+  // rows, so a pair is two such rows interleaved.
+  if (p.weight_stride_k == 1 && valid == kTile)
+    for (; q < p.RH / 2; ++q) {
+      const BFloat16* row0 = weight + 2 * q * p.weight_stride_c + k_first;
+      interleave_rows_16(row0, row0 + p.weight_stride_c, out + q * 2 * kTile);
+    }
+#endif
   for (; q < pairs; ++q)  // an odd RH's last pair, the padding, strided views
     for (int j = 0; j < kTile; ++j)
       for (int t = 0; t < 2; ++t) {
@@ -187,6 +203,21 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, std::int64_t dept
 void gather_rows(const Problem& p, std::int64_t b0, int rows, int padded_rows, std::int64_t c0, int depth, int lda,
                  BFloat16* out) {
   const auto* x = static_cast<const BFloat16*>(p.x);
+  if (p.R == 1 && p.x_stride_b == 1 && p.x_stride_h != 1) {
+    // A transposed view (the backward's grad_y^T): read each reduction index's rows, which are
+    // adjacent in memory, and write them down a column.
+    const int real = static_cast<int>(std::clamp<std::int64_t>(p.RH - c0, 0, depth));
+    for (int i = 0; i < padded_rows; ++i)
+      std::memset(out + static_cast<std::int64_t>(i) * lda + real, 0,
+                  static_cast<std::size_t>(depth - real) * sizeof(BFloat16));
+    for (int i = rows; i < padded_rows; ++i)
+      std::memset(out + static_cast<std::int64_t>(i) * lda, 0, static_cast<std::size_t>(real) * sizeof(BFloat16));
+    for (int c = 0; c < real; ++c) {
+      const BFloat16* src = x + (c0 + c) * p.x_stride_h + b0;
+      for (int i = 0; i < rows; ++i) out[static_cast<std::int64_t>(i) * lda + c] = src[i];
+    }
+    return;
+  }
   for (int i = 0; i < padded_rows; ++i) {
     BFloat16* dst = out + static_cast<std::int64_t>(i) * lda;
     const int real = i < rows ? static_cast<int>(std::clamp<std::int64_t>(p.RH - c0, 0, depth)) : 0;

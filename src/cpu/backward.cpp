@@ -1,5 +1,6 @@
 // The CPU backward. Both gradient GEMMs are phrased as problems of the forward's form, over
-// transposed views, so that the SIMD engine computes them (it gathers whatever it packs):
+// transposed views, so that the forward's kernels compute them (they gather whatever they pack):
+// the AMX kernel for bfloat16 where the processor has it, else the SIMD engine:
 //   gradients.x as (B, R*H) = grad_y (B, K) * W (K, R*H)                  (reduction over k)
 //   gradients.weight (K, R*H) = grad_y^T (K, B) * cat (B, R*H)            (reduction over b)
 // Each is one problem: gradients.x written in place where its slices sit side by side (the
@@ -17,6 +18,14 @@
 
 namespace gather_linear::cpu {
 namespace {
+
+// The forward's kernel for a bfloat16 problem where AMX is usable, else the SIMD engine.
+void run_gemm(const Problem& g) {
+  if (amx_bf16_why_not(g).empty())
+    run_amx_bf16(g);
+  else
+    run_gather_gemm(g);
+}
 
 // A problem with a single slice: y (rows, cols) = A (rows, depth) * Wt (cols, depth)^T.
 Problem gemm_problem(const BackwardProblem& bp, std::int64_t rows, std::int64_t depth, std::int64_t cols) {
@@ -61,13 +70,13 @@ void input_gradient(const BackwardProblem& bp) {
   if (side_by_side) {
     g.y = bp.grad_x;
     g.y_stride_b = bp.grad_x_stride_b;
-    run_gather_gemm(g);
+    run_gemm(g);
     return;
   }
   std::vector<In> unsplit(static_cast<std::size_t>(f.B * f.RH));
   g.y = unsplit.data();
   g.y_stride_b = f.RH;
-  run_gather_gemm(g);
+  run_gemm(g);
   In* grad_x = static_cast<In*>(bp.grad_x);
   for_each_concatenated(f, bp.grad_x_stride_r, bp.grad_x_stride_b, bp.grad_x_stride_h,
                         [&](std::size_t at, std::int64_t offset) { grad_x[offset] = unsplit[at]; });
@@ -103,13 +112,13 @@ void weight_gradient(const BackwardProblem& bp) {
   if (side_by_side) {
     g.weight = f.x;
     g.weight_stride_c = f.x_stride_b;
-    run_gather_gemm(g);
+    run_gemm(g);
     return;
   }
   const std::vector<In> concatenated = concatenation_of<In>(f);
   g.weight = concatenated.data();
   g.weight_stride_c = f.RH;
-  run_gather_gemm(g);
+  run_gemm(g);
 }
 
 // Row by row, so the order of the sum is fixed and the inner loop runs along contiguous k.
