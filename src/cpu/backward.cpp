@@ -9,6 +9,7 @@
 // grad_y's rows.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -52,6 +53,15 @@ void for_each_concatenated(const Problem& f, std::int64_t stride_r, std::int64_t
         visit(static_cast<std::size_t>(b * f.RH + r * f.H + h), r * stride_r + b * stride_b + h * stride_h);
 }
 
+// The same walk a slice's row at a time, for views with a unit stride in h: visit(at, offset)
+// for the row's first element.
+template <class Visit>
+void for_each_slice_row(const Problem& f, std::int64_t stride_r, std::int64_t stride_b, Visit&& visit) {
+  for (std::int64_t b = 0; b < f.B; ++b)
+    for (std::int64_t r = 0; r < f.R; ++r)
+      visit(static_cast<std::size_t>(b * f.RH + r * f.H), r * stride_r + b * stride_b);
+}
+
 // One problem over all R*H columns, into gradients.x itself where its slices sit side by side
 // (the gradient of a head-major x), else into a (B, R*H) buffer split into place afterwards,
 // rather than one problem per slice, each of which would pack grad_y again.
@@ -78,6 +88,12 @@ void input_gradient(const BackwardProblem& bp) {
   g.y_stride_b = f.RH;
   run_gemm(g);
   In* grad_x = static_cast<In*>(bp.grad_x);
+  if (f.H == 1 || bp.grad_x_stride_h == 1) {  // each slice's row in one copy
+    for_each_slice_row(f, bp.grad_x_stride_r, bp.grad_x_stride_b, [&](std::size_t at, std::int64_t offset) {
+      std::memcpy(grad_x + offset, unsplit.data() + at, static_cast<std::size_t>(f.H) * sizeof(In));
+    });
+    return;
+  }
   for_each_concatenated(f, bp.grad_x_stride_r, bp.grad_x_stride_b, bp.grad_x_stride_h,
                         [&](std::size_t at, std::int64_t offset) { grad_x[offset] = unsplit[at]; });
 }
@@ -87,8 +103,13 @@ template <class In>
 std::vector<In> concatenation_of(const Problem& f) {
   std::vector<In> out(static_cast<std::size_t>(f.B * f.RH));
   const In* x = static_cast<const In*>(f.x);
-  for_each_concatenated(f, f.x_stride_r, f.x_stride_b, f.x_stride_h,
-                        [&](std::size_t at, std::int64_t offset) { out[at] = x[offset]; });
+  if (f.H == 1 || f.x_stride_h == 1)  // each slice's row in one copy
+    for_each_slice_row(f, f.x_stride_r, f.x_stride_b, [&](std::size_t at, std::int64_t offset) {
+      std::memcpy(out.data() + at, x + offset, static_cast<std::size_t>(f.H) * sizeof(In));
+    });
+  else
+    for_each_concatenated(f, f.x_stride_r, f.x_stride_b, f.x_stride_h,
+                          [&](std::size_t at, std::int64_t offset) { out[at] = x[offset]; });
   return out;
 }
 
