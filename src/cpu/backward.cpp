@@ -20,13 +20,9 @@
 namespace gather_linear::cpu {
 namespace {
 
-// The forward's kernel for a bfloat16 problem where AMX is usable, else the SIMD engine.
-void run_gemm(const Problem& g) {
-  if (amx_bf16_why_not(g).empty())
-    run_amx_bf16(g);
-  else
-    run_gather_gemm(g);
-}
+// The kernel the forward's dispatcher would choose for the problem (AMX for bfloat16 where the
+// processor has it, else the SIMD engine).
+void run_gemm(const Problem& g) { choose_kernel(g, {}).run(g, {}, {}, nullptr); }
 
 // A problem with a single slice: y (rows, cols) = A (rows, depth) * Wt (cols, depth)^T.
 Problem gemm_problem(const BackwardProblem& bp, std::int64_t rows, std::int64_t depth, std::int64_t cols) {
@@ -41,25 +37,26 @@ Problem gemm_problem(const BackwardProblem& bp, std::int64_t rows, std::int64_t 
   return g;
 }
 
-// Calls visit(at, offset) for each element of an (R, B, H) view with these strides: `at` its
-// index in the (B, R*H) concatenation, `offset` its offset in the view. Moves between the two
-// layouts: x into its concatenation, gradients.x out of one.
-template <class Visit>
-void for_each_concatenated(const Problem& f, std::int64_t stride_r, std::int64_t stride_b, std::int64_t stride_h,
-                           Visit&& visit) {
-  for (std::int64_t b = 0; b < f.B; ++b)
-    for (std::int64_t r = 0; r < f.R; ++r)
-      for (std::int64_t h = 0; h < f.H; ++h)
-        visit(static_cast<std::size_t>(b * f.RH + r * f.H + h), r * stride_r + b * stride_b + h * stride_h);
-}
-
-// The same walk a slice's row at a time, for views with a unit stride in h: visit(at, offset)
-// for the row's first element.
+// Calls visit(at, offset) for each (b, r) row of an (R, B, H) view with these strides: `at` the
+// row's index in the (B, R*H) concatenation, `offset` its offset in the view. Moves between the
+// two layouts: x into its concatenation, gradients.x out of one.
 template <class Visit>
 void for_each_slice_row(const Problem& f, std::int64_t stride_r, std::int64_t stride_b, Visit&& visit) {
   for (std::int64_t b = 0; b < f.B; ++b)
     for (std::int64_t r = 0; r < f.R; ++r)
       visit(static_cast<std::size_t>(b * f.RH + r * f.H), r * stride_r + b * stride_b);
+}
+
+// n elements from `from` (stride from_stride) to `to` (stride to_stride): one memcpy where both
+// strides are 1.
+template <class T>
+void copy_row(const T* from, std::int64_t from_stride, T* to, std::int64_t to_stride, std::int64_t n) {
+  if (n <= 0) return;
+  if (n == 1 || (from_stride == 1 && to_stride == 1)) {
+    std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(T));
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) to[i * to_stride] = from[i * from_stride];
 }
 
 // One problem over all R*H columns, into gradients.x itself where its slices sit side by side
@@ -88,14 +85,9 @@ void input_gradient(const BackwardProblem& bp) {
   g.y_stride_b = f.RH;
   run_gemm(g);
   In* grad_x = static_cast<In*>(bp.grad_x);
-  if (f.H == 1 || bp.grad_x_stride_h == 1) {  // each slice's row in one copy
-    for_each_slice_row(f, bp.grad_x_stride_r, bp.grad_x_stride_b, [&](std::size_t at, std::int64_t offset) {
-      std::memcpy(grad_x + offset, unsplit.data() + at, static_cast<std::size_t>(f.H) * sizeof(In));
-    });
-    return;
-  }
-  for_each_concatenated(f, bp.grad_x_stride_r, bp.grad_x_stride_b, bp.grad_x_stride_h,
-                        [&](std::size_t at, std::int64_t offset) { grad_x[offset] = unsplit[at]; });
+  for_each_slice_row(f, bp.grad_x_stride_r, bp.grad_x_stride_b, [&](std::size_t at, std::int64_t offset) {
+    copy_row(unsplit.data() + at, 1, grad_x + offset, bp.grad_x_stride_h, f.H);
+  });
 }
 
 // x's slices laid end to end, (B, R*H) row-major.
@@ -103,13 +95,9 @@ template <class In>
 std::vector<In> concatenation_of(const Problem& f) {
   std::vector<In> out(static_cast<std::size_t>(f.B * f.RH));
   const In* x = static_cast<const In*>(f.x);
-  if (f.H == 1 || f.x_stride_h == 1)  // each slice's row in one copy
-    for_each_slice_row(f, f.x_stride_r, f.x_stride_b, [&](std::size_t at, std::int64_t offset) {
-      std::memcpy(out.data() + at, x + offset, static_cast<std::size_t>(f.H) * sizeof(In));
-    });
-  else
-    for_each_concatenated(f, f.x_stride_r, f.x_stride_b, f.x_stride_h,
-                          [&](std::size_t at, std::int64_t offset) { out[at] = x[offset]; });
+  for_each_slice_row(f, f.x_stride_r, f.x_stride_b, [&](std::size_t at, std::int64_t offset) {
+    copy_row(x + offset, f.x_stride_h, out.data() + at, 1, f.H);
+  });
   return out;
 }
 
