@@ -114,6 +114,17 @@ inline BackwardOperands make_backward_operands(const BackwardCase& c, std::uint3
   return o;
 }
 
+// A call that asked for one GEMM gradient (x's where `want_x`, else weight's) and the bias's,
+// with the input that gradient does not read passed as its shape alone: the same bits as the same
+// gradients of a call that asked for all three.
+inline void expect_requested_gradients_equal(const BackwardOperands& got, const BackwardOperands& all, bool want_x) {
+  if (want_x)
+    EXPECT_EQ(got.grad_x.storage, all.grad_x.storage);
+  else
+    EXPECT_EQ(got.grad_weight.storage, all.grad_weight.storage);
+  EXPECT_EQ(got.grad_bias.storage, all.grad_bias.storage);
+}
+
 // The tolerance a gradient in `dtype` is held to, relative to its largest exact value: float32
 // and float64 accuracy, or one unit of the 16-bit output's rounding (sums are float32 there).
 inline double backward_tolerance(DType dtype, Fp32Precision precision = Fp32Precision::ieee) {
