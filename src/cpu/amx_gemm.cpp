@@ -316,7 +316,7 @@ void run_amx_bf16(const Problem& p) {
     const std::int64_t for_threads = parallel ? ceil_div(2 * threads, ceil_div(p.B, kRowBlock)) : 1;
     const std::int64_t for_size = ceil_div(pairs * kBlock, kGroupOutputs);
     const std::int64_t groups = std::clamp<std::int64_t>(std::max(for_threads, for_size), 1, pairs);
-    for_each_block_task(p.B, kRowBlock, pairs, groups, parallel,
+    for_each_block_task(p.B, kRowBlock, kBlock, pairs, groups, parallel,
                         [&](std::int64_t b0, int rows, std::int64_t first_pair, std::int64_t group_pairs) {
                           const std::int64_t k0 = k_block0 + first_pair * kBlock;
                           const int outputs = static_cast<int>(std::min(group_pairs * kBlock, p.K - k0));

@@ -5,25 +5,33 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <omp.h>
+
 namespace gather_linear::cpu {
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Calls task(b0, rows, first_panel, panels) for rows [b0, b0 + rows) of y's B rows, in blocks of
-// row_block, and panels [first_panel, first_panel + panels) of the block's `panels_total`, in
-// `groups` groups (the last may be smaller). Runs on the OpenMP threads where `parallel`.
+// Calls task(b0, rows, first_panel, panels) for the B rows of y in blocks of at most row_block
+// rows, cut on multiples of row_granule, and panels [first_panel, first_panel + panels) of the
+// block's `panels_total`, in `groups` groups (the last may be smaller). Runs on the OpenMP
+// threads where `parallel`; there the rows are cut into enough blocks of near-equal size that
+// the tasks come in a multiple of the thread count, so no thread is left with a lone last task.
 template <class Task>
-void for_each_block_task(std::int64_t B, std::int64_t row_block, std::int64_t panels_total, std::int64_t groups,
-                         bool parallel, Task&& task) {
-  const std::int64_t row_blocks = ceil_div(B, row_block);
+void for_each_block_task(std::int64_t B, std::int64_t row_block, std::int64_t row_granule, std::int64_t panels_total,
+                         std::int64_t groups, bool parallel, Task&& task) {
+  const std::int64_t granules = ceil_div(B, row_granule);
+  std::int64_t row_blocks = ceil_div(B, row_block);
+  if (parallel)
+    while ((row_blocks * groups) % omp_get_max_threads() != 0 && row_blocks < granules) ++row_blocks;
   const std::int64_t panels_per_group = ceil_div(panels_total, groups);
 #pragma omp parallel for if (parallel) schedule(dynamic, 1)
   for (std::int64_t t = 0; t < row_blocks * groups; ++t) {
-    const std::int64_t first_panel = (t % groups) * panels_per_group;
-    if (first_panel >= panels_total) continue;
-    const std::int64_t b0 = (t / groups) * row_block;
-    task(b0, static_cast<int>(std::min(row_block, B - b0)), first_panel,
-         std::min(panels_per_group, panels_total - first_panel));
+    const std::int64_t block = t / groups, first_panel = (t % groups) * panels_per_group;
+    // Block i holds granules [i * granules / row_blocks, (i + 1) * granules / row_blocks).
+    const std::int64_t b0 = std::min(B, block * granules / row_blocks * row_granule);
+    const std::int64_t b1 = std::min(B, (block + 1) * granules / row_blocks * row_granule);
+    if (first_panel >= panels_total || b1 == b0) continue;
+    task(b0, static_cast<int>(b1 - b0), first_panel, std::min(panels_per_group, panels_total - first_panel));
   }
 }
 

@@ -124,7 +124,7 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
     // Enough tasks for every thread even when B is small: split the block's columns too.
     const std::int64_t groups =
         parallel ? std::clamp<std::int64_t>(ceil_div(2 * threads, ceil_div(p.B, MC)), 1, panels) : 1;
-    for_each_block_task(p.B, MC, panels, groups, parallel,
+    for_each_block_task(p.B, MC, MR, panels, groups, parallel,
                         [&](std::int64_t b0, int mc, std::int64_t first_panel, std::int64_t group_panels) {
                           const std::int64_t k0 = k_block0 + first_panel * NR;
                           const int nc = static_cast<int>(std::min(group_panels * NR, p.K - k0));
