@@ -31,6 +31,7 @@
 #include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/scratch.hpp"
+#include "cpu/transpose_words.hpp"
 #include "gather_linear/error.hpp"
 
 namespace gather_linear::cpu {
@@ -123,32 +124,6 @@ void release_tiles() { _tile_release(); }
 #pragma GCC target("avx512f")
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's unpack intrinsics start from _mm512_undefined
-// out[q * 16 + j] = rows[j][q] for 16 rows of 16 32-bit words (a null row reads as zeros): two
-// rounds of interleaving within 128-bit lanes, then two of lane shuffles.
-void transpose_words_16x16(const std::uint32_t* const rows[kTile], std::uint32_t* out) {
-  __m512i r[16], a[16], b[16];
-  for (int j = 0; j < 16; ++j) r[j] = rows[j] ? _mm512_loadu_si512(rows[j]) : _mm512_setzero_si512();
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // b[4i + m], lane L: rows 4i .. 4i+3 of word 4L + m
-    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  for (int m = 0; m < 4; ++m) {
-    const __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x88), c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xdd);
-    const __m512i d0 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x88);
-    const __m512i d1 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xdd);
-    _mm512_storeu_si512(out + (0 + m) * 16, _mm512_shuffle_i32x4(c0, d0, 0x88));
-    _mm512_storeu_si512(out + (4 + m) * 16, _mm512_shuffle_i32x4(c1, d1, 0x88));
-    _mm512_storeu_si512(out + (8 + m) * 16, _mm512_shuffle_i32x4(c0, d0, 0xdd));
-    _mm512_storeu_si512(out + (12 + m) * 16, _mm512_shuffle_i32x4(c1, d1, 0xdd));
-  }
-}
-
 // out[2j + t] = row_t[j] for j < 16: two rows of 16 bfloat16 interleaved into pairs.
 void interleave_rows_16(const BFloat16* row0, const BFloat16* row1, BFloat16* out) {
   const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0)));
@@ -173,7 +148,7 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, std::int64_t dept
   for (; q + kTile <= full_pairs; q += kTile) {
     const std::uint32_t* words[kTile] = {};
     for (int j = 0; j < valid; ++j) words[j] = reinterpret_cast<const std::uint32_t*>(rows[j] + 2 * q);
-    transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + q * 2 * kTile));
+    transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + q * 2 * kTile), kTile);
   }
 #endif
   for (; q < full_pairs; ++q) {

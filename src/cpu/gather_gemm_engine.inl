@@ -62,7 +62,21 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
   const int valid = static_cast<int>(std::min<std::int64_t>(NR, p.K - k_first));
   for (int j = 0; j < valid; ++j) rows[j] = static_cast<const In*>(p.weight) + (k_first + j) * p.weight_stride_k;
   const std::int64_t stride_c = p.weight_stride_c;  // 1, except in the backward's transposed views
-  for (std::int64_t c = 0; c < p.RH; ++c) {
+  std::int64_t c = 0;
+#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
+  // float32 rows along a unit stride: 16 x 16 blocks transposed in registers (one element at a
+  // time, packing took about a tenth of a call whose batch is short).
+  if constexpr (std::is_same_v<In, float> && NR % 16 == 0)
+    if (stride_c == 1)
+      for (; c + 16 <= p.RH; c += 16)
+        for (int j0 = 0; j0 < NR; j0 += 16) {
+          const std::uint32_t* words[16] = {};
+          for (int j = j0; j < std::min(j0 + 16, valid); ++j)
+            words[j - j0] = reinterpret_cast<const std::uint32_t*>(rows[j] + c);
+          transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + c * NR + j0), NR);
+        }
+#endif
+  for (; c < p.RH; ++c) {
     Acc* dst = out + c * NR;
     if (stride_c == 1)
       for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(rows[j][c]);
@@ -85,6 +99,31 @@ template <class In, class Acc>
 void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t c0, int kc, Acc* __restrict out) {
   constexpr int MR = Tiling<Acc>::MR;
   const In* x = static_cast<const In*>(p.x);
+#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
+  // float32 rows along a unit stride: a panel's MR rows x 16 columns transposed in registers.
+  if constexpr (std::is_same_v<In, float> && MR <= 16)
+    if (p.x_stride_h == 1) {
+      for (int i0 = 0; i0 < mc; i0 += MR) {
+        Acc* panel = out + (i0 / MR) * kc * MR;
+        const int rows = std::min(MR, mc - i0);
+        std::int64_t r = c0 / p.H, h = c0 % p.H;
+        for (int kk = 0; kk < kc; ++r, h = 0) {
+          const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
+          const In* src = x + (b0 + i0) * p.x_stride_b + r * p.x_stride_r + h;
+          int t = 0;
+          for (; t + 16 <= run; t += 16) {
+            const std::uint32_t* words[16] = {};  // rows past mc read as zeros
+            for (int i = 0; i < rows; ++i) words[i] = reinterpret_cast<const std::uint32_t*>(src + i * p.x_stride_b + t);
+            transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(panel + (kk + t) * MR), MR, MR);
+          }
+          for (; t < run; ++t)
+            for (int i = 0; i < MR; ++i) panel[(kk + t) * MR + i] = i < rows ? src[i * p.x_stride_b + t] : Acc(0);
+          kk += run;
+        }
+      }
+      return;
+    }
+#endif
   const int mc_padded = (mc + MR - 1) / MR * MR;
   for (int i = 0; i < mc_padded; ++i) {
     Acc* dst = out + (i / MR) * kc * MR + (i % MR);
