@@ -368,8 +368,9 @@ BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms)
   s.weight_copy = at;
   if (input_gemm && weight_needs_copy(f)) at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
   s.partial = at;
-  if (p.grad_bias != nullptr && f.B > 0 && column_sum_split(f).splits > 1)
-    at += round_up_to_256(static_cast<std::size_t>(column_sum_split(f).splits * f.K) * sizeof(float));
+  if (p.grad_bias != nullptr && f.B > 0)
+    if (const std::int64_t splits = column_sum_split(f).splits; splits > 1)
+      at += round_up_to_256(static_cast<std::size_t>(splits * f.K) * sizeof(float));
   s.total = at;
   return plan;
 }
