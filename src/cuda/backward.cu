@@ -152,28 +152,37 @@ void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, cons
 
 // Whether one GEMM plus a copy (x into its concatenation, or gradients.x out of a (B, R*H)
 // scratch) beats R GEMMs of the slices in one batched call. Measured on an H200 with every form
-// forced (`backward_timing --forms`, bench/results/backward_forms_h200.csv: contiguous x, H 32 to
-// 128, R 4 and 16, B 12 to 16384, K 512 and 4096; backward_forms_h200_r.csv: bfloat16, R 8, 26
-// and 32, H 32 and 64, B 512 to 16384, K 1024 and 4096):
+// forced (`backward_timing --forms`, contiguous x): backward_forms_h200.csv (H 32 to 128, R 4
+// and 16, B 12 to 16384, K 512 and 4096), backward_forms_h200_r.csv (bfloat16, R 8, 26 and 32,
+// H 32 and 64, B 512 to 16384, K 1024 and 4096) and backward_forms_h200_b.csv (bfloat16, R 4 to
+// 32, H 32 and 64, B 512 to 2048 with K 2048 and 4096, B 4096 and 8192 with K 512 and 1024).
 // - float32: cuBLASLt's batched kernels lost badly (gradients.x up to 14x, gradients.weight up
 //   to 9x slower than the copy), while the copy cost at most 1.1x (gradients.x) or, from 2^16
 //   elements of x, 1.22x (gradients.weight); but gradients.weight's batches of full-width slices
 //   (H >= 128) won by up to 5% from K = 1024 (K = 1024 in backward_timing_h200.csv). Below
 //   K = 512 (gradients.x: the reduction's depth) only the seed problem was measured, where the
 //   batch won (backward_timing_h200.csv).
-// - 16-bit: batches won while the copy's extra launch mattered; narrow slices (H < 128) lost
-//   from 2^17 elements with K >= 2048, and gradients.x's from 2^21 elements with any K. Below
-//   K = 2048 gradients.weight's batches lost from 2^21 elements only where the batch is short
-//   (R <= 8) or its slices long and narrow (H = 32, B = 16384); batches of R >= 16 slices of
-//   H = 64 won by 15-35%.
+// - 16-bit: batches won while the copy's extra launch mattered, and for full-width slices
+//   (H >= 128). For narrow slices, over the 158 shapes of the three files:
+//   - gradients.x's copy won from 2^19 elements of x with K >= 2048 and B >= 1024 (B = 512 was
+//     a draw or lost by up to 25%), and with K < 2048 only for R >= 8 with B >= 8192, or
+//     B >= 4096 with K = 1024. Its chosen form's time over the better one's: mean 1.046,
+//     worst 1.31 under the rule before; mean 1.010, worst 1.23 now.
+//   - gradients.weight's copy won from 2^18 elements with K >= 2048; below K = 2048, from 2^21
+//     elements where the batch is short (R <= 8) or its slices long and narrow (H = 32,
+//     B >= 8192); batches of R >= 16 slices of H = 64 won by 15-35%. Mean 1.028, worst 1.47
+//     before; mean 1.020, worst 1.30 now.
 bool copy_beats_slices(const Problem& f, bool input_gradient) {
   const std::int64_t x_elements = f.B * f.RH;
   if (f.dtype == DType::float32)
     return input_gradient ? f.K >= 512 : x_elements >= (std::int64_t{1} << 16) && (f.H < 128 || f.K < 1024);
-  if (f.H >= 128 || x_elements < (std::int64_t{1} << 17)) return false;
+  if (f.H >= 128) return false;
+  if (input_gradient)
+    return x_elements >= (std::int64_t{1} << 19) &&
+           (f.K >= 2048 ? f.B >= 1024 : f.R >= 8 && (f.B >= 8192 || (f.K >= 1024 && f.B >= 4096)));
+  if (x_elements < (std::int64_t{1} << 18)) return false;
   if (f.K >= 2048) return true;
-  if (x_elements < (std::int64_t{1} << 21)) return false;
-  return input_gradient || f.R <= 8 || (f.H <= 32 && f.B >= 16384);
+  return x_elements >= (std::int64_t{1} << 21) && (f.R <= 8 || (f.H <= 32 && f.B >= 8192));
 }
 
 InputGradientForm input_gradient_form(const BackwardProblem& p) {
