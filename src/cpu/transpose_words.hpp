@@ -16,7 +16,9 @@ namespace gather_linear::cpu {
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's unpack intrinsics start from _mm512_undefined
+// GCC 12's unpack intrinsics start from _mm512_undefined
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // out[q * out_stride + j] = rows[j][q] for q < 16 and j < lanes: 16 rows of 16 words (a null row
 // reads as zeros), two rounds of interleaving within 128-bit lanes, then two of lane shuffles.
 // Each of the 16 output rows is written in its first `lanes` words only.
