@@ -154,8 +154,10 @@ void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, cons
 // scratch) beats R GEMMs of the slices in one batched call. Measured on an H200 with every form
 // forced (`backward_timing --forms`, contiguous x): backward_forms_h200.csv (H 32 to 128, R 4
 // and 16, B 12 to 16384, K 512 and 4096), backward_forms_h200_r.csv (bfloat16, R 8, 26 and 32,
-// H 32 and 64, B 512 to 16384, K 1024 and 4096) and backward_forms_h200_b.csv (bfloat16, R 4 to
-// 32, H 32 and 64, B 512 to 2048 with K 2048 and 4096, B 4096 and 8192 with K 512 and 1024).
+// H 32 and 64, B 512 to 16384, K 1024 and 4096), backward_forms_h200_b.csv (bfloat16, R 4 to
+// 32, H 32 and 64, B 512 to 2048 with K 2048 and 4096, B 4096 and 8192 with K 512 and 1024) and
+// backward_forms_h200_long.csv (bfloat16, R 2 to 8, H 32 and 64, B 8192 to 32768, K 512 and
+// 1024).
 // - float32: cuBLASLt's batched kernels lost badly (gradients.x up to 14x, gradients.weight up
 //   to 9x slower than the copy), while the copy cost at most 1.1x (gradients.x) or, from 2^16
 //   elements of x, 1.22x (gradients.weight); but gradients.weight's batches of full-width slices
@@ -163,25 +165,31 @@ void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, cons
 //   K = 512 (gradients.x: the reduction's depth) only the seed problem was measured, where the
 //   batch won (backward_timing_h200.csv).
 // - 16-bit: batches won while the copy's extra launch mattered, and for full-width slices
-//   (H >= 128). For narrow slices, over the 158 shapes of the three files:
+//   (H >= 128). For narrow slices, over the 194 shapes of the four files:
 //   - gradients.x's copy won from 2^19 elements of x with K >= 2048 and B >= 1024 (B = 512 was
-//     a draw or lost by up to 25%), and with K < 2048 only for R >= 8 with B >= 8192, or
-//     B >= 4096 with K = 1024. Its chosen form's time over the better one's: mean 1.046,
-//     worst 1.31 under the rule before; mean 1.010, worst 1.23 now.
-//   - gradients.weight's copy won from 2^18 elements with K >= 2048; below K = 2048, from 2^21
-//     elements where the batch is short (R <= 8) or its slices long and narrow (H = 32,
-//     B >= 8192); batches of R >= 16 slices of H = 64 won by 15-35%. Mean 1.028, worst 1.47
-//     before; mean 1.020, worst 1.30 now.
+//     a draw or lost by up to 25%). Below K = 2048 it needs a long batch: R >= 8 with B >= 8192
+//     (B >= 4096 for K = 1024), or R >= 4 with B >= 16384 (B >= 32768 for K = 512). The chosen
+//     form's time over the better one's: mean 1.042, worst 1.31 under the rule before; mean
+//     1.009, worst 1.23 now.
+//   - gradients.weight's copy won from 2^18 elements with K >= 2048. Below K = 2048 it won
+//     where the batch is short: from 2^19 elements for R <= 4 (R = 2 ran up to 2.2x slower
+//     batched), from 2^21 for R <= 8; and from 2^21 for long narrow slices (H = 32,
+//     B >= 8192). Batches of R >= 16 slices of H = 64 won by 15-35%. Mean 1.042, worst 2.24
+//     before; mean 1.018, worst 1.28 now.
 bool copy_beats_slices(const Problem& f, bool input_gradient) {
   const std::int64_t x_elements = f.B * f.RH;
   if (f.dtype == DType::float32)
     return input_gradient ? f.K >= 512 : x_elements >= (std::int64_t{1} << 16) && (f.H < 128 || f.K < 1024);
   if (f.H >= 128) return false;
-  if (input_gradient)
-    return x_elements >= (std::int64_t{1} << 19) &&
-           (f.K >= 2048 ? f.B >= 1024 : f.R >= 8 && (f.B >= 8192 || (f.K >= 1024 && f.B >= 4096)));
+  if (input_gradient) {
+    if (x_elements < (std::int64_t{1} << 19)) return false;
+    if (f.K >= 2048) return f.B >= 1024;
+    if (f.R >= 8 && (f.B >= 8192 || (f.K >= 1024 && f.B >= 4096))) return true;
+    return f.R >= 4 && f.B >= (f.K >= 1024 ? 16384 : 32768);
+  }
   if (x_elements < (std::int64_t{1} << 18)) return false;
   if (f.K >= 2048) return true;
+  if (x_elements >= (std::int64_t{1} << 19) && f.R <= 4) return true;
   return x_elements >= (std::int64_t{1} << 21) && (f.R <= 8 || (f.H <= 32 && f.B >= 8192));
 }
 
