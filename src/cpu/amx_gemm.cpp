@@ -187,7 +187,28 @@ void gather_rows(const Problem& p, std::int64_t b0, int rows, int padded_rows, s
                   static_cast<std::size_t>(depth - real) * sizeof(BFloat16));
     for (int i = rows; i < padded_rows; ++i)
       std::memset(out + static_cast<std::int64_t>(i) * lda, 0, static_cast<std::size_t>(real) * sizeof(BFloat16));
-    for (int c = 0; c < real; ++c) {
+    int c = 0;
+#ifdef GATHER_LINEAR_HAS_AMX
+    // 32 reduction indices x 16 rows at a time: pairs of adjacent indices interleaved into
+    // 32-bit words, then a 16 x 16 transposition of the words (about 5x fewer instructions than
+    // moving one element at a time).
+    const int full_rows = rows / kTile * kTile;
+    for (; c + 2 * kTile <= real; c += 2 * kTile)
+      for (int i0 = 0; i0 < full_rows; i0 += kTile) {
+        alignas(64) std::uint32_t words[kTile][kTile];
+        const std::uint32_t* word_rows[kTile];
+        for (int q = 0; q < kTile; ++q) {
+          const BFloat16* src = x + (c0 + c + 2 * q) * p.x_stride_h + b0 + i0;
+          interleave_rows_16(src, src + p.x_stride_h, reinterpret_cast<BFloat16*>(words[q]));
+          word_rows[q] = words[q];
+        }
+        transpose_words_16x16(word_rows, reinterpret_cast<std::uint32_t*>(out + static_cast<std::int64_t>(i0) * lda + c),
+                              lda / 2);
+      }
+    for (int i = full_rows; i < rows && c > 0; ++i)  // rows past the last full 16 of those indices
+      for (int t = 0; t < c; ++t) out[static_cast<std::int64_t>(i) * lda + t] = x[(c0 + t) * p.x_stride_h + b0 + i];
+#endif
+    for (; c < real; ++c) {
       const BFloat16* src = x + (c0 + c) * p.x_stride_h + b0;
       for (int i = 0; i < rows; ++i) out[static_cast<std::int64_t>(i) * lda + c] = src[i];
     }
