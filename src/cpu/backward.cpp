@@ -7,15 +7,18 @@
 // gradient of a head-major x), else split into place afterwards; gradients.weight read from x
 // where its slices sit side by side, else from a concatenation of x. The bias gradient sums
 // grad_y's rows.
+#include <omp.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "core/kernel_registry.hpp"
 #include "core/numeric.hpp"
 #include "cpu/cpu_kernels.hpp"
+#include "cpu/scratch.hpp"
 
 namespace gather_linear::cpu {
 namespace {
@@ -37,11 +40,20 @@ Problem gemm_problem(const BackwardProblem& bp, std::int64_t rows, std::int64_t 
   return g;
 }
 
+// Below this many elements a copy or sum runs on the calling thread alone: the OpenMP fork/join
+// would cost more.
+constexpr std::int64_t kParallelElements = std::int64_t{1} << 16;
+
+// The (B, R*H) buffers: the concatenation of x and gradients.x before its split, one per thread
+// and kept, so that a call neither clears nor faults in fresh pages.
+thread_local Scratch concatenation_scratch, unsplit_scratch;
+
 // Calls visit(at, offset) for each (b, r) row of an (R, B, H) view with these strides: `at` the
 // row's index in the (B, R*H) concatenation, `offset` its offset in the view. Moves between the
-// two layouts: x into its concatenation, gradients.x out of one.
+// two layouts: x into its concatenation, gradients.x out of one. Rows go to the OpenMP threads.
 template <class Visit>
 void for_each_slice_row(const Problem& f, std::int64_t stride_r, std::int64_t stride_b, Visit&& visit) {
+#pragma omp parallel for if (f.B * f.RH >= kParallelElements) schedule(static)
   for (std::int64_t b = 0; b < f.B; ++b)
     for (std::int64_t r = 0; r < f.R; ++r)
       visit(static_cast<std::size_t>(b * f.RH + r * f.H), r * stride_r + b * stride_b);
@@ -80,23 +92,23 @@ void input_gradient(const BackwardProblem& bp) {
     run_gemm(g);
     return;
   }
-  std::vector<In> unsplit(static_cast<std::size_t>(f.B * f.RH));
-  g.y = unsplit.data();
+  auto* unsplit = static_cast<In*>(unsplit_scratch.bytes(static_cast<std::size_t>(f.B * f.RH) * sizeof(In)));
+  g.y = unsplit;
   g.y_stride_b = f.RH;
   run_gemm(g);
   In* grad_x = static_cast<In*>(bp.grad_x);
   for_each_slice_row(f, bp.grad_x_stride_r, bp.grad_x_stride_b, [&](std::size_t at, std::int64_t offset) {
-    copy_row(unsplit.data() + at, 1, grad_x + offset, bp.grad_x_stride_h, f.H);
+    copy_row(unsplit + at, 1, grad_x + offset, bp.grad_x_stride_h, f.H);
   });
 }
 
-// x's slices laid end to end, (B, R*H) row-major.
+// x's slices laid end to end, (B, R*H) row-major, in this thread's concatenation scratch.
 template <class In>
-std::vector<In> concatenation_of(const Problem& f) {
-  std::vector<In> out(static_cast<std::size_t>(f.B * f.RH));
+const In* concatenation_of(const Problem& f) {
+  auto* out = static_cast<In*>(concatenation_scratch.bytes(static_cast<std::size_t>(f.B * f.RH) * sizeof(In)));
   const In* x = static_cast<const In*>(f.x);
   for_each_slice_row(f, f.x_stride_r, f.x_stride_b, [&](std::size_t at, std::int64_t offset) {
-    copy_row(x + offset, f.x_stride_h, out.data() + at, 1, f.H);
+    copy_row(x + offset, f.x_stride_h, out + at, 1, f.H);
   });
   return out;
 }
@@ -124,24 +136,30 @@ void weight_gradient(const BackwardProblem& bp) {
     run_gemm(g);
     return;
   }
-  const std::vector<In> concatenated = concatenation_of<In>(f);
-  g.weight = concatenated.data();
+  g.weight = concatenation_of<In>(f);
   g.weight_stride_c = f.RH;
   run_gemm(g);
 }
 
-// Row by row, so the order of the sum is fixed and the inner loop runs along contiguous k.
+// Blocks of columns to the OpenMP threads, each summed row by row: every column's sum runs over b
+// in order whatever the thread count, and the inner loop runs along contiguous k.
 template <class In>
 void bias_gradient(const BackwardProblem& bp) {
   using Acc = std::conditional_t<std::is_same_v<In, double>, double, float>;
+  constexpr std::int64_t kColumns = 256;
   const Problem& f = bp.forward;
-  std::vector<Acc> sum(static_cast<std::size_t>(f.K), Acc(0));
   const In* grad_y = static_cast<const In*>(bp.grad_y);
-  for (std::int64_t b = 0; b < f.B; ++b)
-    for (std::int64_t k = 0; k < f.K; ++k)
-      sum[static_cast<std::size_t>(k)] += load_as<Acc>(grad_y[b * bp.grad_y_stride_b + k]);
   In* out = static_cast<In*>(bp.grad_bias);
-  for (std::int64_t k = 0; k < f.K; ++k) out[k] = store_as<In>(sum[static_cast<std::size_t>(k)]);
+#pragma omp parallel for if (f.B * f.K >= kParallelElements) schedule(static)
+  for (std::int64_t k0 = 0; k0 < f.K; k0 += kColumns) {
+    const std::int64_t n = std::min(kColumns, f.K - k0);
+    Acc sum[kColumns] = {};
+    for (std::int64_t b = 0; b < f.B; ++b) {
+      const In* row = grad_y + b * bp.grad_y_stride_b + k0;
+      for (std::int64_t k = 0; k < n; ++k) sum[k] += load_as<Acc>(row[k]);
+    }
+    for (std::int64_t k = 0; k < n; ++k) out[k0 + k] = store_as<In>(sum[k]);
+  }
 }
 
 }  // namespace
