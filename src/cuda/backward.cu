@@ -172,10 +172,10 @@ void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, cons
 //     form's time over the better one's: mean 1.042, worst 1.31 under the rule before; mean
 //     1.009, worst 1.23 now.
 //   - gradients.weight's copy won from 2^18 elements with K >= 2048. Below K = 2048 it won
-//     where the batch is short: from 2^19 elements for R <= 4 (R = 2 ran up to 2.2x slower
-//     batched), from 2^21 for R <= 8; and from 2^21 for long narrow slices (H = 32,
+//     where the batch is short: from 2^19 elements for R <= 4 with B >= 8192 (R = 2 ran up to
+//     2.2x slower batched), from 2^21 for R <= 8; and from 2^21 for long narrow slices (H = 32,
 //     B >= 8192). Batches of R >= 16 slices of H = 64 won by 15-35%. Mean 1.042, worst 2.24
-//     before; mean 1.018, worst 1.28 now.
+//     before; mean 1.014, worst 1.28 now.
 bool copy_beats_slices(const Problem& f, bool input_gradient) {
   const std::int64_t x_elements = f.B * f.RH;
   if (f.dtype == DType::float32)
@@ -189,7 +189,7 @@ bool copy_beats_slices(const Problem& f, bool input_gradient) {
   }
   if (x_elements < (std::int64_t{1} << 18)) return false;
   if (f.K >= 2048) return true;
-  if (x_elements >= (std::int64_t{1} << 19) && f.R <= 4) return true;
+  if (x_elements >= (std::int64_t{1} << 19) && f.R <= 4 && f.B >= 8192) return true;
   return x_elements >= (std::int64_t{1} << 21) && (f.R <= 8 || (f.H <= 32 && f.B >= 8192));
 }
 
