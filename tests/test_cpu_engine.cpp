@@ -2,15 +2,20 @@
 // (tests/CMakeLists.txt): a read or write outside any buffer fails the test even where the result
 // comes out right. The shapes and thread counts split packed weight blocks into column groups of
 // unequal size, and several blocks follow one another, which is where the engine's scratch
-// bounds matter.
+// bounds matter. Also the task split itself, and the backward's independence of the thread count.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "backward_support.hpp"
 #include "core/kernel_registry.hpp"
 #include "core/validate.hpp"
+#include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "test_support.hpp"
 
@@ -87,6 +92,61 @@ TEST(CpuEngineAsan, BackwardStaysInsideItsBuffers) {
         }
       }
     }
+  }
+}
+
+// The engines' task split: every (row, panel) exactly once, blocks cut on granules and no longer
+// than row_block, and, on several threads, blocks within one granule of one another.
+TEST(CpuBlockTasks, EveryRowOnceInNearEqualBlocks) {
+  constexpr std::int64_t kRowBlock = 96, kGranule = 12;
+  for (int threads : {1, 2, 3, 7})
+    for (std::int64_t B : {1, 5, 12, 100, 1000, 1024})
+      for (std::int64_t panels : {1, 5, 32})
+        for (std::int64_t groups : {1, 2, 3}) {
+          if (groups > panels) continue;
+          std::vector<int> visits(static_cast<std::size_t>(B * panels), 0);
+          std::vector<std::int64_t> block_granules;
+          std::mutex mutex;
+          std::thread([&] {
+            omp_set_num_threads(threads);
+            cpu::for_each_block_task(B, kRowBlock, kGranule, panels, groups, threads > 1,
+                                     [&](std::int64_t b0, int rows, std::int64_t first_panel, std::int64_t n) {
+                                       const std::lock_guard lock(mutex);
+                                       EXPECT_EQ(b0 % kGranule, 0) << "block at row " << b0;
+                                       EXPECT_LE(rows, kRowBlock);
+                                       if (first_panel == 0) block_granules.push_back((rows + kGranule - 1) / kGranule);
+                                       for (std::int64_t b = b0; b < b0 + rows; ++b)
+                                         for (std::int64_t q = first_panel; q < first_panel + n; ++q)
+                                           ++visits[static_cast<std::size_t>(b * panels + q)];
+                                     });
+          }).join();
+          const std::string where = "B " + std::to_string(B) + ", " + std::to_string(panels) + " panels in " +
+                                    std::to_string(groups) + " groups, " + std::to_string(threads) + " threads";
+          EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; })) << where;
+          if (threads > 1) {
+            const auto [fewest, most] = std::minmax_element(block_granules.begin(), block_granules.end());
+            EXPECT_LE(*most - *fewest, 1) << where;
+          }
+        }
+}
+
+// The backward's result does not depend on the thread count: each output's sum runs in one order
+// (the GEMMs' slices, the bias's rows) however the work is shared out.
+TEST(CpuBackwardThreads, SameBitsOnOneThreadAndSeveral) {
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    const BackwardCase c{{8, 300, 64, 300}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
+    BackwardOperands one = make_backward_operands(c, 21), several = make_backward_operands(c, 21);
+    for (auto [o, threads] : {std::pair{&one, 1}, std::pair{&several, 3}}) {
+      const BackwardProblem p =
+          validate_backward_args(o->grad_y.view, o->x.view, o->weight.view, o->gradients());
+      std::thread([&, threads = threads] {
+        omp_set_num_threads(threads);
+        cpu::run_backward(p);
+      }).join();
+    }
+    EXPECT_EQ(one.grad_x.storage, several.grad_x.storage) << c;
+    EXPECT_EQ(one.grad_weight.storage, several.grad_weight.storage) << c;
+    EXPECT_EQ(one.grad_bias.storage, several.grad_bias.storage) << c;
   }
 }
 
