@@ -44,6 +44,15 @@ TEST(CpuBackwardLarge, PackedBlocksAndThreads) {
   }
 }
 
+// x's concatenation and the unsplit gradients.x past 64 MB each: buffers of the call's own rather
+// than the thread's kept scratch.
+TEST(CpuBackwardLarge, BuffersPastTheKeptScratch) {
+  const BackwardCase c{{8, 4096, 640, 3}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
+  BackwardOperands o = make_backward_operands(c, 9);
+  backward(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
+  expect_gradients_accurate(o, c, "cpu");
+}
+
 // Only what is asked for is written: the others keep their poison.
 TEST(CpuBackward, WritesOnlyTheRequestedGradients) {
   const BackwardCase c{{3, 20, 8, 10}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};

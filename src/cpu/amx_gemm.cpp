@@ -190,8 +190,8 @@ void gather_rows(const Problem& p, std::int64_t b0, int rows, int padded_rows, s
     int c = 0;
 #ifdef GATHER_LINEAR_HAS_AMX
     // 32 reduction indices x 16 rows at a time: pairs of adjacent indices interleaved into
-    // 32-bit words, then a 16 x 16 transposition of the words (about 5x fewer instructions than
-    // moving one element at a time).
+    // 32-bit words, then a 16 x 16 transposition of the words. (One element at a time, this
+    // gather was most of the kernel's time outside its tile multiplies in the backward.)
     const int full_rows = rows / kTile * kTile;
     for (; c + 2 * kTile <= real; c += 2 * kTile)
       for (int i0 = 0; i0 < full_rows; i0 += kTile) {

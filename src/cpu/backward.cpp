@@ -44,9 +44,16 @@ Problem gemm_problem(const BackwardProblem& bp, std::int64_t rows, std::int64_t 
 // would cost more.
 constexpr std::int64_t kParallelElements = std::int64_t{1} << 16;
 
-// The (B, R*H) buffers: the concatenation of x and gradients.x before its split, one per thread
-// and kept, so that a call neither clears nor faults in fresh pages.
+// The (B, R*H) buffers: the concatenation of x and gradients.x before its split. Up to 64 MB
+// they stay with the thread for its next call, so that a call neither clears nor faults in fresh
+// pages; a larger one is the call's own (`local`) and freed when it returns.
 thread_local Scratch concatenation_scratch, unsplit_scratch;
+template <class In>
+In* buffer_of(const Problem& f, Scratch& kept, Scratch& local) {
+  constexpr std::size_t kKeptBytes = std::size_t{64} << 20;
+  const std::size_t bytes = static_cast<std::size_t>(f.B * f.RH) * sizeof(In);
+  return static_cast<In*>((bytes <= kKeptBytes ? kept : local).bytes(bytes));
+}
 
 // Calls visit(at, offset) for each (b, r) row of an (R, B, H) view with these strides: `at` the
 // row's index in the (B, R*H) concatenation, `offset` its offset in the view. Moves between the
@@ -92,7 +99,8 @@ void input_gradient(const BackwardProblem& bp) {
     run_gemm(g);
     return;
   }
-  auto* unsplit = static_cast<In*>(unsplit_scratch.bytes(static_cast<std::size_t>(f.B * f.RH) * sizeof(In)));
+  Scratch local;
+  In* unsplit = buffer_of<In>(f, unsplit_scratch, local);
   g.y = unsplit;
   g.y_stride_b = f.RH;
   run_gemm(g);
@@ -102,10 +110,10 @@ void input_gradient(const BackwardProblem& bp) {
   });
 }
 
-// x's slices laid end to end, (B, R*H) row-major, in this thread's concatenation scratch.
+// x's slices laid end to end, (B, R*H) row-major, in the thread's concatenation scratch or `local`.
 template <class In>
-const In* concatenation_of(const Problem& f) {
-  auto* out = static_cast<In*>(concatenation_scratch.bytes(static_cast<std::size_t>(f.B * f.RH) * sizeof(In)));
+const In* concatenation_of(const Problem& f, Scratch& local) {
+  In* out = buffer_of<In>(f, concatenation_scratch, local);
   const In* x = static_cast<const In*>(f.x);
   for_each_slice_row(f, f.x_stride_r, f.x_stride_b, [&](std::size_t at, std::int64_t offset) {
     copy_row(x + offset, f.x_stride_h, out + at, 1, f.H);
@@ -136,7 +144,8 @@ void weight_gradient(const BackwardProblem& bp) {
     run_gemm(g);
     return;
   }
-  g.weight = concatenation_of<In>(f);
+  Scratch local;
+  g.weight = concatenation_of<In>(f, local);
   g.weight_stride_c = f.RH;
   run_gemm(g);
 }
