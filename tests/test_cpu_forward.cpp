@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/kernel_registry.hpp"
+#include "core/numeric.hpp"
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "test_support.hpp"
@@ -120,6 +124,42 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
   expect_library_error([&] { forward(f.x.view, f.weight.view, f.bias_view(), f.y.view, options); },
                        "options.kernel", "bfloat16 only", ErrorCode::unsupported);
   EXPECT_EQ(first_unpoisoned(f.y), std::nullopt) << "y written";
+}
+
+// The AMX kernel rounds y to bfloat16 16 outputs at a time: the same bits as to_bfloat16 on
+// ties, subnormals, infinities and NaN. With x = 1 and one reduction index, y = w + bias in
+// float32, rounded once; K = 40 covers the vector part and a scalar tail.
+TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
+  if (!cpu::amx_bf16_supported()) GTEST_SKIP() << "no AMX-BF16 on this processor";
+  const std::uint16_t cases[][2] = {  // bits of w[k], bias[k]
+      {0x3f80, 0x3b80},  // 1 + 2^-8: a tie, to even (1)
+      {0x3f81, 0x3b80},  // 1 + 2^-7 + 2^-8: a tie, to even (1 + 2^-6)
+      {0x3f80, 0x3b00},  // 1 + 2^-9: below the tie
+      {0x0000, 0x0001},  // the smallest subnormal (in the bias: the tile multiply flushes its own)
+      {0x0080, 0x8001},  // the smallest normal less the smallest subnormal
+      {0x8000, 0x807f},  // a negative subnormal
+      {0x7f80, 0x3f80},  // +inf
+      {0xff80, 0x7f80},  // -inf + inf: NaN
+      {0x7fc1, 0x0000},  // a quiet NaN with a payload
+      {0x7f7f, 0x7f7f},  // overflow to inf
+      {0x8000, 0x0000},  // -0 + 0
+  };
+  constexpr std::int64_t K = 40, n = std::size(cases);
+  std::vector<BFloat16> x{BFloat16{0x3f80}}, w(K), bias(K), y(K, BFloat16{0xffff});
+  for (std::int64_t k = 0; k < K; ++k) {
+    w[static_cast<std::size_t>(k)] = BFloat16{cases[k % n][0]};
+    bias[static_cast<std::size_t>(k)] = BFloat16{cases[k % n][1]};
+  }
+  const Device cpu{};
+  const TensorView x_view = TensorView::contiguous(x.data(), DType::bfloat16, cpu, {1, 1, 1});
+  const TensorView w_view = TensorView::contiguous(w.data(), DType::bfloat16, cpu, {K, 1});
+  const TensorView bias_view = TensorView::contiguous(bias.data(), DType::bfloat16, cpu, {K});
+  const TensorView y_view = TensorView::contiguous(y.data(), DType::bfloat16, cpu, {1, K});
+  cpu::run_amx_bf16(validate_forward_args(x_view, w_view, bias_view, y_view));
+  for (std::int64_t k = 0; k < K; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    EXPECT_EQ(y[i].bits, to_bfloat16(to_float(w[i]) + to_float(bias[i])).bits) << "output " << k;
+  }
 }
 
 // A single row's stride is never used: OpenBLAS's 32-bit interface must not refuse a huge one.

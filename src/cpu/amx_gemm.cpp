@@ -83,18 +83,26 @@ constexpr TileConfig kTileConfig{};
 
 void configure_tiles() { _tile_loadconfig(&kTileConfig); }
 
-// c (32 x 32 float32, row stride ldc elements) += a (32 x depth bfloat16, row stride lda) *
-// the two 16-output panels w0, w1 (pair-interleaved, from the slice's first pair row on).
+// c (32 x 32 float32, row stride ldc elements) = (accumulate ? c : 0) + a (32 x depth bfloat16,
+// row stride lda) * the two 16-output panels w0, w1 (pair-interleaved, from the slice's first
+// pair row on).
 void micro_kernel(int depth, const BFloat16* a, std::int64_t lda, const BFloat16* w0, const BFloat16* w1, float* c,
-                  std::int64_t ldc) {
+                  std::int64_t ldc, bool accumulate) {
   const std::int64_t a_stride = lda * 2, c_stride = ldc * 4;
   // The tile instructions are asm statements the compiler does not know touch memory: fence
   // ordinary stores to a and c before them, and loads of c after.
   asm volatile("" ::: "memory");
-  _tile_loadd(0, c, c_stride);
-  _tile_loadd(1, c + kTile, c_stride);
-  _tile_loadd(2, c + kTile * ldc, c_stride);
-  _tile_loadd(3, c + kTile * ldc + kTile, c_stride);
+  if (accumulate) {
+    _tile_loadd(0, c, c_stride);
+    _tile_loadd(1, c + kTile, c_stride);
+    _tile_loadd(2, c + kTile * ldc, c_stride);
+    _tile_loadd(3, c + kTile * ldc + kTile, c_stride);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
   // Each operand is loaded just before its first multiply, so that the loads of a step overlap
   // the multiplies of the one before.
   for (int step = 0; step < depth; step += kStep) {
@@ -123,7 +131,32 @@ void release_tiles() { _tile_release(); }
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's unpack intrinsics start from _mm512_undefined
+// GCC 12's conversion intrinsics start from _mm512_undefined
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// y[j] = to_bfloat16(c[j] + bias[j]) for j < n (no bias where it is null), 16 at a time with the
+// same rounding as to_bfloat16 (to nearest even, NaN kept quiet) on the integer bits.
+// (VCVTNEPS2BF16 would flush subnormals to zero.)
+void round_row_to_bfloat16(const float* c, const BFloat16* bias, BFloat16* y, int n) {
+  int j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m512 sum = _mm512_loadu_ps(c + j);
+    if (bias != nullptr) {
+      const __m512i b16 = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + j)));
+      sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(b16, 16)));
+    }
+    const __m512i bits = _mm512_castps_si512(sum);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), odd);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x00400000));
+    const __m512i high = _mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j), _mm512_cvtepi32_epi16(high));
+  }
+  for (; j < n; ++j) y[j] = to_bfloat16(c[j] + (bias != nullptr ? to_float(bias[j]) : 0.f));
+}
+
 // out[2j + t] = row_t[j] for j < 16: two rows of 16 bfloat16 interleaved into pairs.
 void interleave_rows_16(const BFloat16* row0, const BFloat16* row1, BFloat16* out) {
   const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0)));
@@ -241,9 +274,9 @@ void compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_bloc
   const int padded_rows = static_cast<int>(round_up(rows, kBlock));
   const int padded_outputs = static_cast<int>(round_up(outputs, kBlock));
   auto* a = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(kRowBlock) * kLda * sizeof(BFloat16)));
-  const std::size_t c_bytes = static_cast<std::size_t>(padded_rows) * padded_outputs * sizeof(float);
-  auto* c = static_cast<float*>(c_scratch.bytes(c_bytes));
-  std::memset(c, 0, c_bytes);
+  // Every 32 x 32 block of c is written by the first slice (from zeroed tiles): no clearing.
+  auto* c = static_cast<float*>(
+      c_scratch.bytes(static_cast<std::size_t>(padded_rows) * padded_outputs * sizeof(float)));
   const std::int64_t panel_elements = depth * kTile;
   configure_tiles();
   for (std::int64_t c0 = 0; c0 < depth; c0 += kSlice) {
@@ -253,7 +286,7 @@ void compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_bloc
       const BFloat16* w0 = packed + ((k0 - k_block0 + jr) / kTile) * panel_elements + c0 * kTile;
       for (int ir = 0; ir < padded_rows; ir += kBlock)
         micro_kernel(slice, a + static_cast<std::int64_t>(ir) * kLda, kLda, w0, w0 + panel_elements,
-                     c + static_cast<std::int64_t>(ir) * padded_outputs + jr, padded_outputs);
+                     c + static_cast<std::int64_t>(ir) * padded_outputs + jr, padded_outputs, c0 > 0);
     }
   }
   release_tiles();
@@ -262,6 +295,10 @@ void compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_bloc
   for (int i = 0; i < rows; ++i) {
     BFloat16* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
     const float* c_row = c + static_cast<std::int64_t>(i) * padded_outputs;
+    if (p.y_stride_k == 1) {
+      round_row_to_bfloat16(c_row, bias ? bias + k0 : nullptr, y_row, outputs);
+      continue;
+    }
     for (int j = 0; j < outputs; ++j)
       y_row[j * p.y_stride_k] = to_bfloat16(c_row[j] + (bias ? to_float(bias[k0 + j]) : 0.f));
   }
