@@ -35,6 +35,8 @@ CPU_SHAPES = [
     (8, 1024, 128, 1024, torch.float32),
     (26, 512, 64, 1024, torch.float32),
     (8, 256, 128, 512, torch.bfloat16),
+    (8, 1024, 128, 1024, torch.bfloat16),
+    (26, 512, 64, 1024, torch.bfloat16),
 ]
 
 

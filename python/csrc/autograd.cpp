@@ -1,12 +1,15 @@
 // Autograd for gather_linear::forward, in C++. A Python formula (torch.library.register_autograd)
 // costs tens of microseconds of interpreter time per call with gradients enabled, more than the
 // whole forward of a small problem; this kernel costs about as much as an ATen op's autograd.
-// On the GPU the backward is the library's, through the gather_linear::backward op: one call for
-// all the requested gradients, each one cuBLASLt GEMM (with a copy of x or of dX where that
+// On the GPU, and on the CPU for bfloat16 where the library computes it on AMX tiles, the
+// backward is the library's, through the gather_linear::backward op: one call for all the
+// requested gradients (on the GPU each one cuBLASLt GEMM, with a copy of x or of dX where that
 // measured faster; docs/PERFORMANCE.md). Elsewhere it composes ATen ops:
 //   dX[r, b, h] = sum_k dY[b, k] W[k, r*H + h]      dW = dY^T cat(x)      db = sum_b dY[b, :]
-// - on the CPU, where the library's CPU backward took 0.99-1.43x the time of ATen's GEMMs (MKL),
-//   slower on 7 of 8 shapes (2-core VM, bench/results/backward_variants_op_cpu.csv);
+// - on the CPU in the other dtypes, or without AMX: the library's float32 backward took
+//   1.06-1.48x the time of ATen's GEMMs (MKL) on a 2-core VM
+//   (bench/results/backward_variants_op_cpu_amx_run3.csv, _run4.csv), and its bfloat16 backward
+//   without AMX runs float32 FMAs where oneDNN has AVX512-BF16 or AMX;
 // - in a double backward (create_graph=True: grad mode on inside the backward), which must
 //   differentiate the backward itself, as the op cannot.
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -16,9 +19,12 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
+#include "gather_linear/gather_linear.hpp"
 #include "tensor_views.hpp"
 
 namespace {
@@ -53,6 +59,28 @@ variable_list composed_gradients(const at::Tensor& grad_y, const at::Tensor& x, 
   return gradients;
 }
 
+// Whether the library's CPU backward in bfloat16 runs on AMX tiles: where the forward's
+// dispatcher picks its AMX kernel (asked once, of a 1 x 1 x 1 problem). There all three
+// gradients took 0.67-1.00x the time of ATen's composition (oneDNN on the same tiles; 2-core
+// VM, bench/results/backward_variants_op_cpu_amx_run5.csv, _run6.csv).
+bool cpu_bfloat16_backward_on_amx() {
+  static const bool on_amx = [] {
+    static std::uint16_t x[1], weight[1], y[1];  // distinct: validation refuses an output over an input
+    namespace gl = gather_linear;
+    const auto view = [](const std::uint16_t* data, std::initializer_list<std::int64_t> sizes) {
+      return gl::TensorView::contiguous(data, gl::DType::bfloat16, gl::Device::cpu(), sizes);
+    };
+    return gl::select_kernel(view(x, {1, 1, 1}), view(weight, {1, 1}), std::nullopt, view(y, {1, 1})) ==
+           "cpu_amx_bf16";
+  }();
+  return on_amx;
+}
+
+// Where the backward op beats ATen's composition (see the top of this file).
+bool library_backward_pays(const at::Tensor& grad_y) {
+  return grad_y.is_cuda() || (grad_y.is_cpu() && grad_y.scalar_type() == at::kBFloat16 && cpu_bfloat16_backward_on_amx());
+}
+
 at::Tensor forward_below_autograd(const at::Tensor& x, const at::Tensor& weight,
                                   const std::optional<at::Tensor>& bias) {
   at::AutoDispatchBelowADInplaceOrView guard;
@@ -84,7 +112,7 @@ class GatherLinearFunction : public torch::autograd::Function<GatherLinearFuncti
                       H = ctx->saved_data["H"].toSymInt();
     const std::array<bool, 3> wanted = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
                                         ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)};
-    if (at::GradMode::is_enabled() || !grad_y.is_cuda())
+    if (at::GradMode::is_enabled() || !library_backward_pays(grad_y))
       return composed_gradients(grad_y, x, weight, R, B, H, wanted);
     const std::vector<at::Tensor> computed =
         backward_operator().call(grad_y, if_defined(x), if_defined(weight), {R, B, H}, wanted);
