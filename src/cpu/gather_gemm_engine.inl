@@ -21,9 +21,11 @@ struct Tiling {
   static constexpr int MC = MR * 8;                   // rows per packed A block: stays in L2
 };
 
+// c (MR x NR, row stride ldc) = (accumulate ? c : 0) + the MR-tall panel a times the NR-wide
+// panel b, over kc reduction steps.
 template <class Acc>
 inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Acc* __restrict c,
-                         std::int64_t ldc) {
+                         std::int64_t ldc, bool accumulate) {
   using T = Tiling<Acc>;
   typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
   Vec acc[T::MR][T::kVectorsPerRow];
@@ -53,9 +55,12 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
   for (int i = 0; i < T::MR; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < T::kVectorsPerRow; ++v) {
-      Vec cv;
-      std::memcpy(&cv, c + i * ldc + v * T::kLanes, sizeof(Vec));
-      cv += acc[i][v];
+      Vec cv = acc[i][v];
+      if (accumulate) {
+        Vec before;
+        std::memcpy(&before, c + i * ldc + v * T::kLanes, sizeof(Vec));
+        cv += before;
+      }
       std::memcpy(c + i * ldc + v * T::kLanes, &cv, sizeof(Vec));
     }
 }
@@ -160,14 +165,15 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   using T = Tiling<Acc>;
   const int nc_padded = (nc + T::NR - 1) / T::NR * T::NR;
   const int mc_padded = (mc + T::MR - 1) / T::MR * T::MR;
-  std::memset(c_buf, 0, sizeof(Acc) * static_cast<std::size_t>(mc_padded) * nc_padded);
+  // Every micro-tile of c_buf is written by the first slice: no clearing, unless there is none.
+  if (p.RH == 0) std::memset(c_buf, 0, sizeof(Acc) * static_cast<std::size_t>(mc_padded) * nc_padded);
   for (std::int64_t c0 = 0; c0 < p.RH; c0 += T::KC) {
     const int kc = static_cast<int>(std::min<std::int64_t>(T::KC, p.RH - c0));
     pack_gathered_rows<In, Acc>(p, b0, mc, c0, kc, a_buf);
     for (int jr = 0; jr < nc_padded; jr += T::NR) {
       const Acc* b_panel = packed_weight + ((k0 - k_block0 + jr) / T::NR) * p.RH * T::NR + c0 * T::NR;
       for (int ir = 0; ir < mc_padded; ir += T::MR)
-        micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded);
+        micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0);
     }
   }
   const In* bias = static_cast<const In*>(p.bias);
@@ -175,10 +181,11 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   for (int i = 0; i < mc; ++i) {
     In* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
     const Acc* c_row = c_buf + i * nc_padded;
-    for (int j = 0; j < nc; ++j) {
-      const Acc bias_j = bias ? load_as<Acc>(bias[k0 + j]) : Acc(0);
-      y_row[j * p.y_stride_k] = store_as<In>(c_row[j] + bias_j);
-    }
+    const auto sum = [&](int j) { return store_as<In>(c_row[j] + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0))); };
+    if (p.y_stride_k == 1)  // the forward's: a loop the compiler vectorizes
+      for (int j = 0; j < nc; ++j) y_row[j] = sum(j);
+    else
+      for (int j = 0; j < nc; ++j) y_row[j * p.y_stride_k] = sum(j);
   }
 }
 
