@@ -7,8 +7,6 @@
 // gradient of a head-major x), else split into place afterwards; gradients.weight read from x
 // where its slices sit side by side, else from a concatenation of x. The bias gradient sums
 // grad_y's rows.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

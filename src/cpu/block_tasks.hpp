@@ -2,10 +2,10 @@
 // of rows of y) x (a group of the block's weight panels), taken dynamically.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
-
-#include <omp.h>
 
 namespace gather_linear::cpu {
 
