@@ -18,7 +18,6 @@
 // without the instructions, the kernel reports itself unsupported and is never chosen.
 #include <cpuid.h>
 #include <immintrin.h>
-#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -49,9 +48,6 @@ constexpr int kSlice = 1024;
 constexpr int kLda = kSlice + 32;
 constexpr int kRowBlock = 128;  // rows of y per task
 constexpr std::int64_t kGroupOutputs = 1024;  // outputs of y per task, at most
-constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;
-// Below this much work the OpenMP fork/join costs more than it saves.
-constexpr double kParallelFlops = 4e6;
 
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
@@ -334,8 +330,7 @@ void run_amx_bf16(const Problem& p) {
   const std::int64_t pairs_per_block = std::clamp<std::int64_t>(kPackedWeightBlockBytes / pair_bytes, 1, pairs_total);
   auto* packed =
       static_cast<BFloat16*>(packed_weight_scratch.bytes(static_cast<std::size_t>(pairs_per_block * pair_bytes)));
-  const int threads = omp_get_max_threads();
-  const bool parallel = threads > 1 && p.flops() > kParallelFlops;
+  const bool parallel = parallel_pays(p.flops());
 
   for (std::int64_t pair0 = 0; pair0 < pairs_total; pair0 += pairs_per_block) {
     const std::int64_t pairs = std::min(pairs_per_block, pairs_total - pair0);
@@ -346,7 +341,7 @@ void run_amx_bf16(const Problem& p) {
 
     // Enough tasks for every thread even when B is small (the block's outputs split too), and at
     // most kGroupOutputs outputs a task, so that its float32 block of y stays in L2.
-    const std::int64_t for_threads = parallel ? ceil_div(2 * threads, ceil_div(p.B, kRowBlock)) : 1;
+    const std::int64_t for_threads = parallel ? groups_for_threads(p.B, kRowBlock) : 1;
     const std::int64_t for_size = ceil_div(pairs * kBlock, kGroupOutputs);
     const std::int64_t groups = std::clamp<std::int64_t>(std::max(for_threads, for_size), 1, pairs);
     for_each_block_task(p.B, kRowBlock, kBlock, pairs, groups, parallel,

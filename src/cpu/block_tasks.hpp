@@ -1,5 +1,6 @@
-// How the CPU engines share out one packed weight block among OpenMP threads: tasks of (a block
-// of rows of y) x (a group of the block's weight panels), taken dynamically.
+// How the CPU engines (the SIMD engine and the AMX kernel) share out one packed weight block
+// among OpenMP threads: tasks of (a block of rows of y) x (a group of the block's weight panels),
+// taken dynamically; and the sizes the two share.
 #pragma once
 
 #include <omp.h>
@@ -10,6 +11,19 @@
 namespace gather_linear::cpu {
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Below this much work the OpenMP fork/join costs more than it saves: one thread runs the call.
+constexpr double kParallelFlops = 4e6;
+inline bool parallel_pays(double flops) { return omp_get_max_threads() > 1 && flops > kParallelFlops; }
+// A packed weight block this large keeps one reduction slice of it in L2/L3 while row blocks
+// stream.
+constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;
+
+// Groups to split a block's panels into so that every thread gets about two tasks even when B
+// makes few blocks of row_block rows (at least 1; the caller bounds it by its panels).
+inline std::int64_t groups_for_threads(std::int64_t B, std::int64_t row_block) {
+  return ceil_div(2 * omp_get_max_threads(), ceil_div(B, row_block));
+}
 
 // Calls task(b0, rows, first_panel, panels) for the B rows of y in blocks of at most row_block
 // rows, cut on multiples of row_granule, and panels [first_panel, first_panel + panels) of the

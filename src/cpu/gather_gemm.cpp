@@ -3,8 +3,6 @@
 // The engine is compiled for AVX-512, AVX2+FMA and plain SSE2 inside one translation unit with
 // `#pragma GCC target`, so that only the engine itself (not inline library code shared with
 // other translation units) uses the wider instructions; the best supported one runs.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -86,12 +84,9 @@ Engine engine_for(SimdLevel level) {
 
 thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
 
-// Below this much work the OpenMP fork/join costs more than it saves, and packing the weight
-// costs more than it saves too: such problems take the direct, single-threaded path.
-constexpr double kParallelFlops = 4e6;
+// Below this much work packing the weight costs more than it saves (as the OpenMP fork/join
+// does below kParallelFlops): such problems take the direct, single-threaded path.
 constexpr double kDirectFlops = 4e6;
-// A packed weight block this large keeps one KC-slice of it in L2/L3 while row blocks stream.
-constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;
 
 template <class In>
 void run_engine(const Problem& p, const Engine& e, GemmPath path) {
@@ -106,8 +101,7 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
     return;
   }
   const auto [MR, NR, MC, KC] = e.tiling;
-  const int threads = omp_get_max_threads();
-  const bool parallel = threads > 1 && p.flops() > kParallelFlops;
+  const bool parallel = parallel_pays(p.flops());
 
   const std::int64_t panels_total = ceil_div(p.K, NR);
   const std::int64_t panel_elems = std::max<std::int64_t>(p.RH, 1) * NR;
@@ -123,8 +117,7 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
     for (std::int64_t q = 0; q < panels; ++q) e.pack_weight_panel(p, k_block0 + q * NR, packed + q * panel_elems);
 
     // Enough tasks for every thread even when B is small: split the block's columns too.
-    const std::int64_t groups =
-        parallel ? std::clamp<std::int64_t>(ceil_div(2 * threads, ceil_div(p.B, MC)), 1, panels) : 1;
+    const std::int64_t groups = parallel ? std::clamp<std::int64_t>(groups_for_threads(p.B, MC), 1, panels) : 1;
     for_each_block_task(p.B, MC, MR, panels, groups, parallel,
                         [&](std::int64_t b0, int mc, std::int64_t first_panel, std::int64_t group_panels) {
                           const std::int64_t k0 = k_block0 + first_panel * NR;
