@@ -30,7 +30,7 @@ TEST(CpuEngineAsan, PackedPathStaysInsideItsBuffers) {
   for (int threads : {1, 2, 3, 4, 7}) {
     for (Shape shape : {Shape{12, 8, 128, 1024}, Shape{4, 300, 512, 700}, Shape{3, 5, 1000, 1500}}) {
       for (DType dtype : {DType::float32, DType::float64}) {
-        for (Layout layout : {Layout::head_major, Layout::strided}) {
+        for (Layout layout : {Layout::head_major, Layout::strided, Layout::b_unit}) {
           const Case c{shape, dtype, layout, true};
           Operands o = make_operands(c, 5);
           const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);

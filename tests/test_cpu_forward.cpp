@@ -29,7 +29,7 @@ const Shape kShapes[] = {
 };
 const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16};
 const Layout kLayouts[] = {Layout::contiguous, Layout::head_major, Layout::strided, Layout::broadcast_rows,
-                           Layout::misaligned};
+                           Layout::misaligned, Layout::b_unit};
 
 // Runs `run` on fresh poisoned operands and returns its relative error against the reference.
 template <class Run>

@@ -100,7 +100,8 @@ enum class Layout {
   head_major,     // x stored (B, R, H) and viewed as (R, B, H): attention's per-head outputs
   strided,        // x's h stride 2, padded rows; weight rows padded; y rows padded
   broadcast_rows,  // x's b stride 0: every row of A is the same
-  misaligned       // contiguous, but x, weight, bias and y each start one element into their storage
+  misaligned,      // contiguous, but x, weight, bias and y each start one element into their storage
+  b_unit           // x stored (R, H, B) and viewed as (R, B, H): rows of A side by side (CPU sweeps)
 };
 
 inline const char* layout_name(Layout l) {
@@ -110,6 +111,7 @@ inline const char* layout_name(Layout l) {
     case Layout::strided: return "strided";
     case Layout::broadcast_rows: return "broadcast_rows";
     case Layout::misaligned: return "misaligned";
+    case Layout::b_unit: return "b_unit";
   }
   return "?";
 }
@@ -167,6 +169,7 @@ inline Operands make_operands(const Case& c, std::uint32_t seed) {
     case Layout::head_major: o.x = HostTensor(c.dtype, {R, B, H}, {H, R * H, 1}); break;
     case Layout::strided: o.x = HostTensor(c.dtype, {R, B, H}, {B * (2 * H + 3), 2 * H + 3, 2}); break;
     case Layout::broadcast_rows: o.x = HostTensor(c.dtype, {R, B, H}, {H, 0, 1}); break;
+    case Layout::b_unit: o.x = HostTensor(c.dtype, {R, B, H}, {B * H, 1, B}); break;
   }
   const bool padded = c.layout == Layout::strided;
   o.weight = HostTensor(c.dtype, {K, RH}, {RH + (padded ? 5 : 0), 1}, offset);

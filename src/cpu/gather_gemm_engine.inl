@@ -88,6 +88,22 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
           transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + c * NR + j0), NR);
         }
 #endif
+  if (p.weight_stride_k == 1 && stride_c != 1) {
+    // Rows side by side (the backward's transposed views): each step of the panel is one
+    // contiguous run of `valid` elements.
+    for (; c < p.RH; ++c) {
+      Acc* dst = out + c * NR;
+      const In* src = rows[0] + c * stride_c;
+      if constexpr (std::is_same_v<In, Acc>)
+        if (valid == NR) {
+          std::memcpy(dst, src, sizeof(Acc) * NR);  // a fixed size: vector moves, not a call
+          continue;
+        }
+      for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(src[j]);
+      for (int j = valid; j < NR; ++j) dst[j] = Acc(0);
+    }
+    return;
+  }
   for (; c < p.RH; ++c) {
     Acc* dst = out + c * NR;
     if (stride_c == 1)
@@ -136,6 +152,30 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
       return;
     }
 #endif
+  if (p.x_stride_b == 1) {
+    // Rows side by side (the backward's grad_y^T): each step is one contiguous run of mc
+    // elements, cut into the panels (reading each run once, in order).
+    const int full = mc / MR * MR;
+    std::int64_t r = c0 / p.H, h = c0 % p.H;
+    for (int kk = 0; kk < kc; ++r, h = 0) {
+      const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
+      const In* src = x + b0 + r * p.x_stride_r + h * p.x_stride_h;
+      for (int t = 0; t < run; ++t) {
+        const In* step = src + t * p.x_stride_h;
+        Acc* dst = out + (kk + t) * MR;
+        int i0 = 0;
+        for (; i0 < full; i0 += MR, dst += kc * MR)
+          if constexpr (std::is_same_v<In, Acc>)
+            std::memcpy(dst, step + i0, sizeof(Acc) * MR);  // a fixed size: vector moves
+          else
+            for (int i = 0; i < MR; ++i) dst[i] = load_as<Acc>(step[i0 + i]);
+        if (i0 < mc)
+          for (int i = 0; i < MR; ++i) dst[i] = i0 + i < mc ? load_as<Acc>(step[i0 + i]) : Acc(0);
+      }
+      kk += run;
+    }
+    return;
+  }
   const int mc_padded = (mc + MR - 1) / MR * MR;
   for (int i = 0; i < mc_padded; ++i) {
     Acc* dst = out + (i / MR) * kc * MR + (i % MR);
