@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, for a lent GPU machine without this project's packages (carry
 # .deps/googletest and .deps/cutlass along). Logs and CSVs go to <out-dir>.
-#   scripts/gpu_validation.sh <out-dir> [tests|bench|all]
+#   scripts/gpu_validation.sh <out-dir> [tests|bench|all|cpu]
 # `tests`: build (scripts/build_gpu_host.sh) and install the PyTorch package, then the C++ GPU
 # suites (forward, backward), compute-sanitizer (memcheck, racecheck) and pytest: about 8 minutes
 # on an H200.
@@ -10,6 +10,9 @@
 # backward's ATen compositions and a training step, on the build `tests` left (run it right
 # after, while the machine is still warm): about 9 minutes.
 # `all` (default): both.
+# `cpu`: the CPU suites and the CPU benchmarks (forward, backward op, training step against eager
+# PyTorch and torch.compile) on this host's processor, which has more cores than the development
+# machine; builds as `tests` does when there is no build yet: about 8 minutes with the build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results/gpu_run}
@@ -23,10 +26,31 @@ BACKWARD_SANITIZE_FILTER+=':Sweep/CudaBackwardSweep.EveryGradient/R2_B257_H8_K65
 BACKWARD_SANITIZE_FILTER+=':CudaBackwardTest.OverlappingWeightRows:CudaBackwardTest.GraphCaptureReplaysWithNewInputs'
 BACKWARD_SANITIZE_FILTER+=':CudaBackwardTest.BiasGradientBitsDoNotDependOnAlignment'
 
-if [[ $phase == tests || $phase == all ]]; then
+build() {
   step build
   { scripts/build_gpu_host.sh build/gpu && python3 -m pip install --no-build-isolation --no-deps . ; } \
     > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+}
+
+if [[ $phase == cpu ]]; then
+  [[ -x build/gpu/tests/test_cpu_forward ]] || build
+  step "CPU tests ($(nproc) cores)"
+  for suite in test_cpu_forward test_cpu_backward test_cpu_engine_asan; do
+    timeout 300 build/gpu/tests/$suite --gtest_brief=1 > "$out/$suite.log" 2>&1 || status=1
+    tail -2 "$out/$suite.log"
+  done
+  step "CPU forward against PyTorch"
+  timeout 300 python3 bench/cpu_comparison.py "$out/cpu_comparison.csv" || status=1
+  step "CPU backward op against ATen"
+  timeout 200 python3 bench/backward_variants.py --device cpu --gradients all --rounds 9 \
+    "$out/backward_variants_op_cpu.csv" || status=1
+  step "CPU training step"
+  timeout 300 python3 bench/training_step.py --device cpu "$out/training_step_cpu.csv" || status=1
+  exit $status
+fi
+
+if [[ $phase == tests || $phase == all ]]; then
+  build
 
   step "C++ GPU tests"
   timeout 300 build/gpu/tests/test_cuda_forward --gtest_brief=1 > "$out/test_cuda.log" 2>&1 || status=1
