@@ -153,8 +153,8 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
     }
 #endif
   if (p.x_stride_b == 1) {
-    // Rows side by side (the backward's grad_y^T): each step is one contiguous run of mc
-    // elements, cut into the panels (reading each run once, in order).
+    // Rows side by side (the backward's grad_y^T, or an x stored (R, H, B)): each step is one
+    // contiguous run of mc elements, cut into the panels (reading each run once, in order).
     const int full = mc / MR * MR;
     std::int64_t r = c0 / p.H, h = c0 % p.H;
     for (int kk = 0; kk < kc; ++r, h = 0) {
