@@ -79,6 +79,18 @@ def test_broadcast_x_with_zero_strides(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 12, 32, 56), (8, 130, 64, 112)], ids=lambda s: "x".join(map(str, s)))
+def test_x_with_unit_batch_stride(shape, dtype, device):
+    """x stored (R, H, B) and viewed as (R, B, H): the gathered rows sit side by side (the larger
+    shape takes the CPU engine's packed path)."""
+    inputs = make_inputs(*shape, dtype=dtype, device=device)
+    inputs.x = inputs.x.transpose(1, 2).contiguous().transpose(1, 2)
+    assert inputs.x.stride(1) == 1
+    check_forward(inputs, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_transposed_weight_is_accepted(device):
     inputs = make_inputs(2, 5, 8, 12, device=device)
     inputs.weight = inputs.weight.t().contiguous().t()  # same values, stride(1) != 1
