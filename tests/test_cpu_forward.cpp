@@ -162,6 +162,47 @@ TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
   }
 }
 
+// The SIMD engine in float16: inputs widened 16 at a time as they are packed, y rounded 16 at a
+// time. Each output is w[k] + bias[k] (x = (1, 0, ..., 0) over 16 columns, so that both operands
+// take the packing's widening path); it must round as to_half does: ties to even, subnormals,
+// overflow, infinities, and any NaN as the quiet NaN of its sign.
+TEST(CpuForwardEngine, Float16RoundsLikeToHalf) {
+  if (!cpu::simd_level_supported(cpu::SimdLevel::avx512)) GTEST_SKIP() << "no AVX-512 on this processor";
+  const std::uint16_t cases[][2] = {  // bits of w[k], bias[k]
+      {0x3c00, 0x1000},  // 1 + 2^-11: a tie, to even (1)
+      {0x3c01, 0x1000},  // 1 + 3 * 2^-11: a tie, to even (1 + 2^-9)
+      {0x3c00, 0x0c00},  // 1 + 2^-12: below the tie
+      {0x0000, 0x0001},  // the smallest subnormal
+      {0x0400, 0x8001},  // the smallest normal less the smallest subnormal
+      {0x8000, 0x83ff},  // a negative subnormal
+      {0x0001, 0x0000},  // a subnormal weight, widened
+      {0x7c00, 0x3c00},  // +inf
+      {0xfc00, 0x7c00},  // -inf + inf: NaN
+      {0x7e01, 0x0000},  // a quiet NaN with a payload
+      {0x7bff, 0x4c00},  // 65504 + 16: a tie, to inf
+      {0x7bff, 0x4800},  // 65504 + 8: below it
+      {0x8000, 0x0000},  // -0 + 0
+  };
+  constexpr std::int64_t H = 16, K = 40, n = std::size(cases);
+  std::vector<Half> x(H, Half{0x0000}), w(K * H, Half{0x0000}), bias(K), y(K, Half{0xffff});
+  x[0] = Half{0x3c00};
+  for (std::int64_t k = 0; k < K; ++k) {
+    w[static_cast<std::size_t>(k * H)] = Half{cases[k % n][0]};
+    bias[static_cast<std::size_t>(k)] = Half{cases[k % n][1]};
+  }
+  const Device cpu{};
+  const TensorView x_view = TensorView::contiguous(x.data(), DType::float16, cpu, {1, 1, H});
+  const TensorView w_view = TensorView::contiguous(w.data(), DType::float16, cpu, {K, H});
+  const TensorView bias_view = TensorView::contiguous(bias.data(), DType::float16, cpu, {K});
+  const TensorView y_view = TensorView::contiguous(y.data(), DType::float16, cpu, {1, K});
+  cpu::run_gather_gemm(validate_forward_args(x_view, w_view, bias_view, y_view), cpu::SimdLevel::avx512,
+                       cpu::GemmPath::packed);
+  for (std::int64_t k = 0; k < K; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    EXPECT_EQ(y[i].bits, to_half(to_float(w[i * H]) + to_float(bias[i])).bits) << "output " << k;
+  }
+}
+
 // A single row's stride is never used: OpenBLAS's 32-bit interface must not refuse a huge one.
 TEST(CpuUnfusedBlas, UnusedStridesMayExceedItsIntegers) {
   const auto kernels = available_kernels();
