@@ -20,6 +20,8 @@ SHAPES = [  # R, B, H, K, dtype
     (4, 12, 32, 56, torch.float32),
     (8, 1024, 128, 1024, torch.float32),
     (26, 512, 64, 1024, torch.float32),
+    (8, 256, 128, 512, torch.float16),
+    (8, 1024, 128, 1024, torch.float16),
     (4, 12, 32, 56, torch.bfloat16),
     (8, 256, 128, 512, torch.bfloat16),
     (8, 1024, 128, 1024, torch.bfloat16),
