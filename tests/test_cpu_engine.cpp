@@ -80,7 +80,8 @@ TEST(CpuEngineAsan, BackwardStaysInsideItsBuffers) {
                                              std::pair{BackwardLayout::head_major, BackwardLayout::head_major},
                                              std::pair{BackwardLayout::b_unit, BackwardLayout::strided},
                                              std::pair{BackwardLayout::strided, BackwardLayout::b_unit}}) {
-        for (DType dtype : {DType::float32, DType::bfloat16}) {  // bfloat16: AMX's transposed packing, where usable
+        // float16: the engine's widening; bfloat16: AMX's transposed packing, where usable
+        for (DType dtype : {DType::float32, DType::float16, DType::bfloat16}) {
           const BackwardCase c{shape, dtype, x_layout, grad_x_layout};
           BackwardOperands o = make_backward_operands(c, 5);
           const BackwardProblem p = validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients());

@@ -145,6 +145,13 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
           std::memcpy(dst, src, sizeof(Acc) * NR);  // a fixed size: vector moves, not a call
           continue;
         }
+#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
+      if constexpr (!std::is_same_v<In, Acc> && kTransposedPacking<In> && NR % 16 == 0)
+        if (valid == NR) {
+          for (int j = 0; j < NR; j += 16) _mm512_storeu_ps(dst + j, load16_as_float(src + j));
+          continue;
+        }
+#endif
       for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(src[j]);
       for (int j = valid; j < NR; ++j) dst[j] = Acc(0);
     }
@@ -210,15 +217,25 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
       const In* src = x + b0 + r * p.x_stride_r + h * p.x_stride_h;
       for (int t = 0; t < run; ++t) {
         const In* step = src + t * p.x_stride_h;
+        // The step's mc values as accumulators: in place, or widened (16 at a time on AVX-512).
+        const Acc* line = nullptr;
+        alignas(64) Acc widened[Tiling<Acc>::MC];  // mc <= MC: one block's rows
+        if constexpr (std::is_same_v<In, Acc>) {
+          line = step;
+        } else {
+          int i = 0;
+#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
+          if constexpr (kTransposedPacking<In>)
+            for (; i + 16 <= mc; i += 16) _mm512_store_ps(widened + i, load16_as_float(step + i));
+#endif
+          for (; i < mc; ++i) widened[i] = load_as<Acc>(step[i]);
+          line = widened;
+        }
         Acc* dst = out + (kk + t) * MR;
         int i0 = 0;
-        for (; i0 < full; i0 += MR, dst += kc * MR)
-          if constexpr (std::is_same_v<In, Acc>)
-            std::memcpy(dst, step + i0, sizeof(Acc) * MR);  // a fixed size: vector moves
-          else
-            for (int i = 0; i < MR; ++i) dst[i] = load_as<Acc>(step[i0 + i]);
+        for (; i0 < full; i0 += MR, dst += kc * MR) std::memcpy(dst, line + i0, sizeof(Acc) * MR);  // vector moves
         if (i0 < mc)
-          for (int i = 0; i < MR; ++i) dst[i] = i0 + i < mc ? load_as<Acc>(step[i0 + i]) : Acc(0);
+          for (int i = 0; i < MR; ++i) dst[i] = i0 + i < mc ? line[i0 + i] : Acc(0);
       }
       kk += run;
     }
