@@ -19,7 +19,7 @@ Two layouts of x: contiguous (R, B, H) (e.g. R feature tensors stacked) and head
 (B, R, H) buffer viewed as (R, B, H), e.g. attention heads before the output projection). Each variant runs back to
 back over rotating input sets, variants in turn, median of five rounds.
 
-On the CPU (--device cpu) smaller float32 shapes run, timed by the wall clock.
+On the CPU (--device cpu) smaller shapes run, timed by the wall clock.
 
     python3 bench/backward_variants.py [out.csv] [--device cpu]
 """
@@ -56,6 +56,8 @@ CPU_SHAPES = [
     (16, 512, 32, 512, torch.float32),
     (8, 1024, 128, 1024, torch.bfloat16),
     (26, 512, 64, 1024, torch.bfloat16),
+    (8, 1024, 128, 1024, torch.float16),
+    (16, 512, 32, 512, torch.float16),
 ]
 LAYOUTS = ("contiguous", "head_major")
 
