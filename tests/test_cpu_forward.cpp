@@ -6,6 +6,7 @@
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "core/kernel_registry.hpp"
@@ -126,81 +127,89 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
   EXPECT_EQ(first_unpoisoned(f.y), std::nullopt) << "y written";
 }
 
-// The AMX kernel rounds y to bfloat16 16 outputs at a time: the same bits as to_bfloat16 on
-// ties, subnormals, infinities and NaN. With x = 1 and one reduction index, y = w + bias in
-// float32, rounded once; K = 40 covers the vector part and a scalar tail.
-TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
-  if (!cpu::amx_bf16_supported()) GTEST_SKIP() << "no AMX-BF16 on this processor";
-  const std::uint16_t cases[][2] = {  // bits of w[k], bias[k]
-      {0x3f80, 0x3b80},  // 1 + 2^-8: a tie, to even (1)
-      {0x3f81, 0x3b80},  // 1 + 2^-7 + 2^-8: a tie, to even (1 + 2^-6)
-      {0x3f80, 0x3b00},  // 1 + 2^-9: below the tie
-      {0x0000, 0x0001},  // the smallest subnormal (in the bias: the tile multiply flushes its own)
-      {0x0080, 0x8001},  // the smallest normal less the smallest subnormal
-      {0x8000, 0x807f},  // a negative subnormal
-      {0x7f80, 0x3f80},  // +inf
-      {0xff80, 0x7f80},  // -inf + inf: NaN
-      {0x7fc1, 0x0000},  // a quiet NaN with a payload
-      {0x7f7f, 0x7f7f},  // overflow to inf
-      {0x8000, 0x0000},  // -0 + 0
-  };
-  constexpr std::int64_t K = 40, n = std::size(cases);
-  std::vector<BFloat16> x{BFloat16{0x3f80}}, w(K), bias(K), y(K, BFloat16{0xffff});
+// y = x * W^T + bias in a 16-bit type T, with x = (1, 0, ..., 0) over H columns and W[k, 0],
+// bias[k] taken from `cases` (bits, repeated over K = 40 outputs: a vector part and a scalar
+// tail), so that y = w + bias in float32, rounded once. Every output's bits must be those of
+// to_half or to_bfloat16 of that sum.
+template <class T, std::size_t N, class Run>
+void expect_rounded_once(const std::uint16_t (&cases)[N][2], std::int64_t H, Run run) {
+  constexpr bool half = std::is_same_v<T, Half>;
+  constexpr DType dtype = half ? DType::float16 : DType::bfloat16;
+  constexpr std::int64_t K = 40;
+  std::vector<T> x(static_cast<std::size_t>(H), T{0}), w(static_cast<std::size_t>(K * H), T{0}), bias(K),
+      y(K, T{0xffff});
+  x[0] = T{half ? std::uint16_t{0x3c00} : std::uint16_t{0x3f80}};
   for (std::int64_t k = 0; k < K; ++k) {
-    w[static_cast<std::size_t>(k)] = BFloat16{cases[k % n][0]};
-    bias[static_cast<std::size_t>(k)] = BFloat16{cases[k % n][1]};
+    w[static_cast<std::size_t>(k * H)] = T{cases[k % N][0]};
+    bias[static_cast<std::size_t>(k)] = T{cases[k % N][1]};
   }
   const Device cpu{};
-  const TensorView x_view = TensorView::contiguous(x.data(), DType::bfloat16, cpu, {1, 1, 1});
-  const TensorView w_view = TensorView::contiguous(w.data(), DType::bfloat16, cpu, {K, 1});
-  const TensorView bias_view = TensorView::contiguous(bias.data(), DType::bfloat16, cpu, {K});
-  const TensorView y_view = TensorView::contiguous(y.data(), DType::bfloat16, cpu, {1, K});
-  cpu::run_amx_bf16(validate_forward_args(x_view, w_view, bias_view, y_view));
+  run(validate_forward_args(TensorView::contiguous(x.data(), dtype, cpu, {1, 1, H}),
+                            TensorView::contiguous(w.data(), dtype, cpu, {K, H}),
+                            TensorView::contiguous(bias.data(), dtype, cpu, {K}),
+                            TensorView::contiguous(y.data(), dtype, cpu, {1, K})));
   for (std::int64_t k = 0; k < K; ++k) {
     const auto i = static_cast<std::size_t>(k);
-    EXPECT_EQ(y[i].bits, to_bfloat16(to_float(w[i]) + to_float(bias[i])).bits) << "output " << k;
+    const float sum = to_float(w[i * static_cast<std::size_t>(H)]) + to_float(bias[i]);
+    if constexpr (half)
+      EXPECT_EQ(y[i].bits, to_half(sum).bits) << "output " << k;
+    else
+      EXPECT_EQ(y[i].bits, to_bfloat16(sum).bits) << "output " << k;
   }
 }
 
-// The SIMD engine in float16: inputs widened 16 at a time as they are packed, y rounded 16 at a
-// time. Each output is w[k] + bias[k] (x = (1, 0, ..., 0) over 16 columns, so that both operands
-// take the packing's widening path); it must round as to_half does: ties to even, subnormals,
-// overflow, infinities, and any NaN as the quiet NaN of its sign.
+// bits of w[k], bias[k]: ties, subnormals, infinities, NaN and overflow in bfloat16.
+const std::uint16_t kBfloat16Cases[][2] = {
+    {0x3f80, 0x3b80},  // 1 + 2^-8: a tie, to even (1)
+    {0x3f81, 0x3b80},  // 1 + 2^-7 + 2^-8: a tie, to even (1 + 2^-6)
+    {0x3f80, 0x3b00},  // 1 + 2^-9: below the tie
+    {0x0000, 0x0001},  // the smallest subnormal (in the bias: AMX's tile multiply flushes its own)
+    {0x0080, 0x8001},  // the smallest normal less the smallest subnormal
+    {0x8000, 0x807f},  // a negative subnormal
+    {0x7f80, 0x3f80},  // +inf
+    {0xff80, 0x7f80},  // -inf + inf: NaN
+    {0x7fc1, 0x0000},  // a quiet NaN with a payload
+    {0x7f7f, 0x7f7f},  // overflow to inf
+    {0x8000, 0x0000},  // -0 + 0
+};
+
+// The same in float16, and a subnormal weight (which the engine's packing widens).
+const std::uint16_t kFloat16Cases[][2] = {
+    {0x3c00, 0x1000},  // 1 + 2^-11: a tie, to even (1)
+    {0x3c01, 0x1000},  // 1 + 3 * 2^-11: a tie, to even (1 + 2^-9)
+    {0x3c00, 0x0c00},  // 1 + 2^-12: below the tie
+    {0x0000, 0x0001},  // the smallest subnormal
+    {0x0400, 0x8001},  // the smallest normal less the smallest subnormal
+    {0x8000, 0x83ff},  // a negative subnormal
+    {0x0001, 0x0000},  // a subnormal weight, widened
+    {0x7c00, 0x3c00},  // +inf
+    {0xfc00, 0x7c00},  // -inf + inf: NaN
+    {0x7e01, 0x0000},  // a quiet NaN with a payload
+    {0x7bff, 0x4c00},  // 65504 + 16: a tie, to inf
+    {0x7bff, 0x4800},  // 65504 + 8: below it
+    {0x8000, 0x0000},  // -0 + 0
+};
+
+// The AMX kernel rounds y to bfloat16 16 outputs at a time (one reduction index).
+TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
+  if (!cpu::amx_bf16_supported()) GTEST_SKIP() << "no AMX-BF16 on this processor";
+  expect_rounded_once<BFloat16>(kBfloat16Cases, 1, [](const Problem& p) { cpu::run_amx_bf16(p); });
+}
+
+// The SIMD engine widens 16-bit inputs 16 at a time as it packs them (16 columns, so that both
+// operands take that path) and rounds y 16 at a time.
 TEST(CpuForwardEngine, Float16RoundsLikeToHalf) {
   if (!cpu::simd_level_supported(cpu::SimdLevel::avx512)) GTEST_SKIP() << "no AVX-512 on this processor";
-  const std::uint16_t cases[][2] = {  // bits of w[k], bias[k]
-      {0x3c00, 0x1000},  // 1 + 2^-11: a tie, to even (1)
-      {0x3c01, 0x1000},  // 1 + 3 * 2^-11: a tie, to even (1 + 2^-9)
-      {0x3c00, 0x0c00},  // 1 + 2^-12: below the tie
-      {0x0000, 0x0001},  // the smallest subnormal
-      {0x0400, 0x8001},  // the smallest normal less the smallest subnormal
-      {0x8000, 0x83ff},  // a negative subnormal
-      {0x0001, 0x0000},  // a subnormal weight, widened
-      {0x7c00, 0x3c00},  // +inf
-      {0xfc00, 0x7c00},  // -inf + inf: NaN
-      {0x7e01, 0x0000},  // a quiet NaN with a payload
-      {0x7bff, 0x4c00},  // 65504 + 16: a tie, to inf
-      {0x7bff, 0x4800},  // 65504 + 8: below it
-      {0x8000, 0x0000},  // -0 + 0
-  };
-  constexpr std::int64_t H = 16, K = 40, n = std::size(cases);
-  std::vector<Half> x(H, Half{0x0000}), w(K * H, Half{0x0000}), bias(K), y(K, Half{0xffff});
-  x[0] = Half{0x3c00};
-  for (std::int64_t k = 0; k < K; ++k) {
-    w[static_cast<std::size_t>(k * H)] = Half{cases[k % n][0]};
-    bias[static_cast<std::size_t>(k)] = Half{cases[k % n][1]};
-  }
-  const Device cpu{};
-  const TensorView x_view = TensorView::contiguous(x.data(), DType::float16, cpu, {1, 1, H});
-  const TensorView w_view = TensorView::contiguous(w.data(), DType::float16, cpu, {K, H});
-  const TensorView bias_view = TensorView::contiguous(bias.data(), DType::float16, cpu, {K});
-  const TensorView y_view = TensorView::contiguous(y.data(), DType::float16, cpu, {1, K});
-  cpu::run_gather_gemm(validate_forward_args(x_view, w_view, bias_view, y_view), cpu::SimdLevel::avx512,
-                       cpu::GemmPath::packed);
-  for (std::int64_t k = 0; k < K; ++k) {
-    const auto i = static_cast<std::size_t>(k);
-    EXPECT_EQ(y[i].bits, to_half(to_float(w[i * H]) + to_float(bias[i])).bits) << "output " << k;
-  }
+  expect_rounded_once<Half>(kFloat16Cases, 16, [](const Problem& p) {
+    cpu::run_gather_gemm(p, cpu::SimdLevel::avx512, cpu::GemmPath::packed);
+  });
+}
+
+TEST(CpuForwardEngine, Bfloat16RoundsLikeToBfloat16) {
+  if (!cpu::simd_level_supported(cpu::SimdLevel::avx512)) GTEST_SKIP() << "no AVX-512 on this processor";
+  expect_rounded_once<BFloat16>(kBfloat16Cases, 16, [](const Problem& p) {
+    cpu::run_gather_gemm(p, cpu::SimdLevel::avx512, cpu::GemmPath::packed);
+  });
 }
 
 // A single row's stride is never used: OpenBLAS's 32-bit interface must not refuse a huge one.

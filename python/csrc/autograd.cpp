@@ -6,10 +6,10 @@
 // requested gradients (on the GPU each one cuBLASLt GEMM, with a copy of x or of dX where that
 // measured faster; docs/PERFORMANCE.md). Elsewhere it composes ATen ops:
 //   dX[r, b, h] = sum_k dY[b, k] W[k, r*H + h]      dW = dY^T cat(x)      db = sum_b dY[b, :]
-// - on the CPU in the other dtypes, or without AMX: the library's float32 backward took
-//   1.06-1.48x the time of ATen's GEMMs (MKL) on a 2-core VM
-//   (bench/results/backward_variants_op_cpu_amx_run3.csv, _run4.csv), and its bfloat16 backward
-//   without AMX runs float32 FMAs where oneDNN has AVX512-BF16 or AMX;
+// - on the CPU in the other dtypes, or without AMX: the library's backward took 0.98-1.22x the
+//   time of ATen's composition (MKL) in float32 and 1.05-1.33x in float16 on a 2-core VM
+//   (bench/results/backward_variants_op_cpu_amx_run7.csv to _run10.csv), and its bfloat16
+//   backward without AMX runs float32 FMAs where oneDNN has AVX512-BF16 or AMX;
 // - in a double backward (create_graph=True: grad mode on inside the backward), which must
 //   differentiate the backward itself, as the op cannot.
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -30,7 +30,7 @@
 #include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/scratch.hpp"
-#include "cpu/transpose_words.hpp"
+#include "cpu/avx512_helpers.hpp"
 #include "gather_linear/error.hpp"
 
 namespace gather_linear::cpu {
@@ -130,29 +130,6 @@ void release_tiles() { _tile_release(); }
 // GCC 12's conversion intrinsics start from _mm512_undefined
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// y[j] = to_bfloat16(c[j] + bias[j]) for j < n (no bias where it is null), 16 at a time with the
-// same rounding as to_bfloat16 (to nearest even, NaN kept quiet) on the integer bits.
-// (VCVTNEPS2BF16 would flush subnormals to zero.)
-void round_row_to_bfloat16(const float* c, const BFloat16* bias, BFloat16* y, int n) {
-  int j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m512 sum = _mm512_loadu_ps(c + j);
-    if (bias != nullptr) {
-      const __m512i b16 = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + j)));
-      sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(b16, 16)));
-    }
-    const __m512i bits = _mm512_castps_si512(sum);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), odd);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x00400000));
-    const __m512i high = _mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j), _mm512_cvtepi32_epi16(high));
-  }
-  for (; j < n; ++j) y[j] = to_bfloat16(c[j] + (bias != nullptr ? to_float(bias[j]) : 0.f));
-}
-
 // out[2j + t] = row_t[j] for j < 16: two rows of 16 bfloat16 interleaved into pairs.
 void interleave_rows_16(const BFloat16* row0, const BFloat16* row1, BFloat16* out) {
   const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0)));
@@ -292,7 +269,7 @@ void compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_bloc
     BFloat16* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
     const float* c_row = c + static_cast<std::int64_t>(i) * padded_outputs;
     if (p.y_stride_k == 1) {
-      round_row_to_bfloat16(c_row, bias ? bias + k0 : nullptr, y_row, outputs);
+      round_row_from_float(c_row, bias ? bias + k0 : nullptr, y_row, outputs);
       continue;
     }
     for (int j = 0; j < outputs; ++j)

@@ -16,7 +16,7 @@
 #include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/scratch.hpp"
-#include "cpu/transpose_words.hpp"
+#include "cpu/avx512_helpers.hpp"
 #include "gather_linear/error.hpp"
 
 namespace gather_linear::cpu {

@@ -21,28 +21,11 @@ struct Tiling {
   static constexpr int MC = MR * 8;                   // rows per packed A block: stays in L2
 };
 
-#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
-// The AVX-512 packing moves 16 x 16 blocks of 32-bit words; 16-bit inputs are widened to float32
-// on the way, 16 at a time (exactly: VCVTPH2PS, or a shift for bfloat16), where a scalar
-// conversion of each element had made float16 calls take 1.6x float32's time.
-#pragma GCC diagnostic push
-// GCC 12's conversion intrinsics start from _mm512_undefined (as in transpose_words.hpp)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-template <class In>
-constexpr bool kTransposedPacking =
-    std::is_same_v<In, float> || std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>;
-
-template <class In>
-inline __m512 load16_as_float(const In* src) {
-  if constexpr (std::is_same_v<In, float>) {
-    return _mm512_loadu_ps(src);
-  } else {
-    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-    if constexpr (std::is_same_v<In, Half>) return _mm512_cvtph_ps(bits);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-  }
-}
+// The AVX-512 engine's packing and epilogue use avx512_helpers.hpp: a 16 x 16 transposition of
+// 32-bit words, with 16-bit inputs widened to float32 on the way, 16 at a time (a scalar
+// conversion of each element had made float16 calls take 1.6x float32's time).
+#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_HELPERS)
+#define GATHER_GEMM_AVX512 1
 
 // 16 consecutive values from src as float32 words for transpose_words_16x16: float32 read in
 // place, 16-bit widened into `widened`.
@@ -55,16 +38,8 @@ inline const std::uint32_t* float_words(const In* src, float* widened) {
     return reinterpret_cast<const std::uint32_t*>(widened);
   }
 }
-
-// 16 float32 values rounded to float16 as to_half rounds them (nearest even; a NaN becomes the
-// quiet NaN of its sign, where VCVTPS2PH would keep payload bits).
-inline __m256i to_half16(__m512 v) {
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(static_cast<int>(0x80000000u)));
-  const __m512 quiet = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_set1_epi32(0x7fc00000)));
-  return _mm512_cvtps_ph(_mm512_mask_mov_ps(v, nan, quiet), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-#pragma GCC diagnostic pop
+#else
+#define GATHER_GEMM_AVX512 0
 #endif
 
 // c (MR x NR, row stride ldc) = (accumulate ? c : 0) + the MR-tall panel a times the NR-wide
@@ -121,10 +96,10 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
   for (int j = 0; j < valid; ++j) rows[j] = static_cast<const In*>(p.weight) + (k_first + j) * p.weight_stride_k;
   const std::int64_t stride_c = p.weight_stride_c;  // 1, except in the backward's transposed views
   std::int64_t c = 0;
-#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
+#if GATHER_GEMM_AVX512
   // Rows along a unit stride: 16 x 16 blocks transposed in registers (one element at a time,
   // packing took about a tenth of a call whose batch is short).
-  if constexpr (kTransposedPacking<In> && NR % 16 == 0)
+  if constexpr (kLoads16AsFloat<In> && NR % 16 == 0)
     if (stride_c == 1)
       for (; c + 16 <= p.RH; c += 16)
         for (int j0 = 0; j0 < NR; j0 += 16) {
@@ -145,8 +120,8 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
           std::memcpy(dst, src, sizeof(Acc) * NR);  // a fixed size: vector moves, not a call
           continue;
         }
-#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
-      if constexpr (!std::is_same_v<In, Acc> && kTransposedPacking<In> && NR % 16 == 0)
+#if GATHER_GEMM_AVX512
+      if constexpr (!std::is_same_v<In, Acc> && kLoads16AsFloat<In> && NR % 16 == 0)
         if (valid == NR) {
           for (int j = 0; j < NR; j += 16) _mm512_storeu_ps(dst + j, load16_as_float(src + j));
           continue;
@@ -180,9 +155,9 @@ template <class In, class Acc>
 void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t c0, int kc, Acc* __restrict out) {
   constexpr int MR = Tiling<Acc>::MR;
   const In* x = static_cast<const In*>(p.x);
-#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
+#if GATHER_GEMM_AVX512
   // Rows along a unit stride: a panel's MR rows x 16 columns transposed in registers.
-  if constexpr (kTransposedPacking<In> && MR <= 16)
+  if constexpr (kLoads16AsFloat<In> && MR <= 16)
     if (p.x_stride_h == 1) {
       for (int i0 = 0; i0 < mc; i0 += MR) {
         Acc* panel = out + (i0 / MR) * kc * MR;
@@ -224,8 +199,8 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
           line = step;
         } else {
           int i = 0;
-#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
-          if constexpr (kTransposedPacking<In>)
+#if GATHER_GEMM_AVX512
+          if constexpr (kLoads16AsFloat<In>)
             for (; i + 16 <= mc; i += 16) _mm512_store_ps(widened + i, load16_as_float(step + i));
 #endif
           for (; i < mc; ++i) widened[i] = load_as<Acc>(step[i]);
@@ -287,18 +262,16 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
     In* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
     const Acc* c_row = c_buf + i * nc_padded;
     const auto sum = [&](int j) { return store_as<In>(c_row[j] + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0))); };
-    if (p.y_stride_k == 1) {  // the forward's: a loop the compiler vectorizes
-      int j = 0;
-#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
-      if constexpr (std::is_same_v<In, Half>)  // but not a conversion to float16
-        for (; j + 16 <= nc; j += 16) {
-          __m512 v = _mm512_loadu_ps(c_row + j);
-          if (bias) v = _mm512_add_ps(v, load16_as_float(bias + k0 + j));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(y_row + j), to_half16(v));
-        }
+#if GATHER_GEMM_AVX512
+    if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>)
+      if (p.y_stride_k == 1) {  // the compiler does not vectorize the rounding to 16 bits
+        round_row_from_float(c_row, bias ? bias + k0 : nullptr, y_row, nc);
+        continue;
+      }
 #endif
-      for (; j < nc; ++j) y_row[j] = sum(j);
-    } else
+    if (p.y_stride_k == 1)  // the forward's: a loop the compiler vectorizes
+      for (int j = 0; j < nc; ++j) y_row[j] = sum(j);
+    else
       for (int j = 0; j < nc; ++j) y_row[j * p.y_stride_k] = sum(j);
   }
 }
@@ -313,8 +286,8 @@ void direct_rows(const Problem& p, Acc* __restrict row_buf) {
     Vec v;
     if constexpr (std::is_same_v<In, Acc>) {
       std::memcpy(&v, src, sizeof(Vec));
-#if GATHER_GEMM_VECTOR_BYTES == 64 && defined(GATHER_LINEAR_HAS_AVX512_TRANSPOSE)
-    } else if constexpr (kTransposedPacking<In>) {
+#if GATHER_GEMM_AVX512
+    } else if constexpr (kLoads16AsFloat<In>) {
       const __m512 widened = load16_as_float(src);
       std::memcpy(&v, &widened, sizeof(Vec));
 #endif
@@ -382,3 +355,5 @@ Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
   return {{T::MR, T::NR, T::MC, T::KC}, &pack_weight_panel_for<In>, &compute_tile_for<In>, &direct_rows_for<In>};
 }
+
+#undef GATHER_GEMM_AVX512  // defined again by the next instruction set's inclusion

@@ -1,0 +1,118 @@
+// AVX-512 helpers the CPU engines share, compiled for AVX-512 whatever the translation unit's
+// target (callers run them only where the processor has AVX-512):
+// - a 16 x 16 transposition of 32-bit words, for packing: the SIMD engine's weight panels and
+//   gathered rows (one word a float), and the AMX kernel's weight panels and transposed gathers
+//   (one word a pair of bfloat16);
+// - 16-wide conversions between float32 and the 16-bit types, exact on the way in and rounded
+//   as to_half and to_bfloat16 round on the way out (core/numeric.hpp), for packing and epilogues.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/numeric.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+
+#define GATHER_LINEAR_HAS_AVX512_HELPERS 1
+
+namespace gather_linear::cpu {
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#pragma GCC diagnostic push
+// GCC 12's unpack and conversion intrinsics start from _mm512_undefined
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// out[q * out_stride + j] = rows[j][q] for q < 16 and j < lanes: 16 rows of 16 words (a null row
+// reads as zeros), two rounds of interleaving within 128-bit lanes, then two of lane shuffles.
+// Each of the 16 output rows is written in its first `lanes` words only.
+inline void transpose_words_16x16(const std::uint32_t* const rows[16], std::uint32_t* out, std::int64_t out_stride,
+                                  int lanes = 16) {
+  __m512i r[16], a[16], b[16];
+  for (int j = 0; j < 16; ++j) r[j] = rows[j] ? _mm512_loadu_si512(rows[j]) : _mm512_setzero_si512();
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // b[4i + m], lane L: rows 4i .. 4i+3 of word 4L + m
+    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
+  const auto store = [&](int q, __m512i v) {
+    if (lanes == 16)
+      _mm512_storeu_si512(out + q * out_stride, v);
+    else
+      _mm512_mask_storeu_epi32(out + q * out_stride, mask, v);
+  };
+  for (int m = 0; m < 4; ++m) {
+    const __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x88), c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xdd);
+    const __m512i d0 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x88);
+    const __m512i d1 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xdd);
+    store(0 + m, _mm512_shuffle_i32x4(c0, d0, 0x88));
+    store(4 + m, _mm512_shuffle_i32x4(c1, d1, 0x88));
+    store(8 + m, _mm512_shuffle_i32x4(c0, d0, 0xdd));
+    store(12 + m, _mm512_shuffle_i32x4(c1, d1, 0xdd));
+  }
+}
+
+// The types load16_as_float reads.
+template <class T>
+constexpr bool kLoads16AsFloat = std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// 16 consecutive values from src as float32, exactly (VCVTPH2PS for float16, a shift for bfloat16).
+template <class T>
+inline __m512 load16_as_float(const T* src) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm512_loadu_ps(src);
+  } else {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    if constexpr (std::is_same_v<T, Half>) return _mm512_cvtph_ps(bits);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+}
+
+// 16 float32 values rounded to T (Half or BFloat16), the bits to_half or to_bfloat16 gives: to
+// nearest even, subnormals kept, a NaN quiet. float16 through VCVTPS2PH, each NaN first made the
+// quiet NaN of its sign (VCVTPS2PH would keep payload bits); bfloat16 on the integer bits
+// (VCVTNEPS2BF16 would flush subnormals to zero).
+template <class T>
+inline __m256i round16_from_float(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  if constexpr (std::is_same_v<T, Half>) {
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i sign = _mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+    const __m512 quiet = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_set1_epi32(0x7fc00000)));
+    return _mm512_cvtps_ph(_mm512_mask_mov_ps(v, nan, quiet), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    static_assert(std::is_same_v<T, BFloat16>);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), odd);
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x00400000));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16));
+  }
+}
+
+// y[j] = T(c[j] + bias[j]) for j < n (no bias where it is null), rounded as to_half or
+// to_bfloat16 round: 16 at a time, the rest one by one.
+template <class T>
+inline void round_row_from_float(const float* c, const T* bias, T* y, int n) {
+  int j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m512 sum = _mm512_loadu_ps(c + j);
+    if (bias != nullptr) sum = _mm512_add_ps(sum, load16_as_float(bias + j));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j), round16_from_float<T>(sum));
+  }
+  for (; j < n; ++j) y[j] = store_as<T>(c[j] + (bias != nullptr ? load_as<float>(bias[j]) : 0.f));
+}
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+}  // namespace gather_linear::cpu
+#endif
