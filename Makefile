@@ -29,9 +29,11 @@ configure: deps
 build: configure
 	cmake --build --preset $(PRESET)
 
+# --no-cache-dir: the wheels (2.6 GB, torch's and its CUDA libraries') would otherwise stay in
+# ~/.cache/pip beside the 4.7 GB .venv they install (a CI run once ran out of disk there).
 $(REQUIREMENTS_STAMP): python/requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
+	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check --no-cache-dir -r python/requirements-test.txt
 	touch $@
 
 $(PACKAGE_STAMP): $(REQUIREMENTS_STAMP) $(PACKAGE_SOURCES)
