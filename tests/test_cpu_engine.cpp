@@ -70,6 +70,29 @@ TEST(CpuEngineAsan, AmxStaysInsideItsBuffers) {
   }
 }
 
+// The AVX512-BF16 kernel's packing, gathering and epilogue: the same blocks and tasks, a
+// reduction of several slices and an odd part of one, and views that take the element-wise
+// gather (strided, odd H: pairs that straddle slices) as well as the transposed one.
+TEST(CpuEngineAsan, Bf16DotStaysInsideItsBuffers) {
+  if (!cpu::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16 on this processor";
+  for (int threads : {1, 3}) {
+    for (Shape shape : {Shape{2, 200, 1024, 2500}, Shape{3, 5, 501, 70}, Shape{4, 13, 32, 56}}) {
+      for (Layout layout : {Layout::head_major, Layout::strided, Layout::misaligned, Layout::b_unit}) {
+        const Case c{shape, DType::bfloat16, layout, true};
+        Operands o = make_operands(c, 5);
+        const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+        std::thread([&] {
+          omp_set_num_threads(threads);
+          cpu::run_bf16_dot(p);
+        }).join();
+        // float32 sums of products of bfloat16 inputs, then one rounding to bfloat16
+        EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), p.B, p.K), 0x1p-7) << c << " with " << threads;
+        EXPECT_TRUE(gaps_untouched(o.y)) << c << " with " << threads << " threads: wrote outside y's view";
+      }
+    }
+  }
+}
+
 // The backward's transposed views: strided packing of both operands and strided stores, in the
 // packed and the direct paths (gradients.x reduces over K, gradients.weight over B), and in
 // bfloat16 on AMX where the processor has it.

@@ -83,8 +83,12 @@ TEST_P(CpuForwardSweep, GatherGemmAtEverySimdLevelAndPath) {
 TEST_P(CpuForwardSweep, DispatchedAndForcedKernels) {
   const Case c = GetParam();
   const bool amx = c.dtype == DType::bfloat16 && cpu::amx_bf16_supported();
-  for (const char* kernel : {"auto", "cpu_gather_gemm", "cpu_reference", "cpu_unfused_blas", "cpu_amx_bf16"}) {
-    if (kernel == std::string_view("cpu_amx_bf16") && !amx) continue;  // AmxBf16 tests its refusals
+  const bool dot = c.dtype == DType::bfloat16 && cpu::bf16_dot_supported();
+  for (const char* kernel :
+       {"auto", "cpu_gather_gemm", "cpu_reference", "cpu_unfused_blas", "cpu_amx_bf16", "cpu_bf16_dot"}) {
+    // CpuForwardAmx and CpuForwardBf16Dot test their refusals
+    if (kernel == std::string_view("cpu_amx_bf16") && !amx) continue;
+    if (kernel == std::string_view("cpu_bf16_dot") && !dot) continue;
     const double err = error_of(c, [&](Operands& o) {
       Options options;
       options.kernel = kernel;
@@ -98,14 +102,21 @@ INSTANTIATE_TEST_SUITE_P(Sweep, CpuForwardSweep, ::testing::ValuesIn(all_cases(k
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // Large enough for several packed weight blocks (> 4 MB), many row blocks and all threads; the
-// last shape gives the AMX kernel two weight blocks and tasks of 1024 outputs.
+// last shape gives the bfloat16 kernels two weight blocks and tasks of 1024 outputs.
 TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
   for (DType dtype : {DType::float32, DType::bfloat16})
-    for (Shape shape : {Shape{4, 300, 512, 700}, Shape{2, 200, 1024, 2500}}) {
-      const Case c{shape, dtype, Layout::head_major, true};
-      const double err = error_of(c, [](Operands& o) { forward(o.x.view, o.weight.view, o.bias_view(), o.y.view); });
-      expect_accurate(c, err, "auto");
-    }
+    for (Shape shape : {Shape{4, 300, 512, 700}, Shape{2, 200, 1024, 2500}})
+      for (const char* kernel : {"auto", "cpu_bf16_dot"}) {
+        if (kernel == std::string_view("cpu_bf16_dot") && (dtype != DType::bfloat16 || !cpu::bf16_dot_supported()))
+          continue;
+        const Case c{shape, dtype, Layout::head_major, true};
+        const double err = error_of(c, [&](Operands& o) {
+          Options options;
+          options.kernel = kernel;
+          forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
+        });
+        expect_accurate(c, err, kernel);
+      }
 }
 
 // The AMX kernel: chosen for bfloat16 where the processor has AMX-BF16, refused by name
@@ -114,7 +125,9 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
   const Case bf16{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true};
   Operands o = make_operands(bf16, 3);
   const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
-  EXPECT_EQ(cpu::choose_kernel(p, {}).info.name, cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_gather_gemm");
+  EXPECT_EQ(cpu::choose_kernel(p, {}).info.name, cpu::amx_bf16_supported() ? "cpu_amx_bf16"
+                                                 : cpu::bf16_dot_supported() ? "cpu_bf16_dot"
+                                                                             : "cpu_gather_gemm");
   Options options;
   options.kernel = "cpu_amx_bf16";
   if (!cpu::amx_bf16_supported())
@@ -194,6 +207,40 @@ const std::uint16_t kFloat16Cases[][2] = {
 TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
   if (!cpu::amx_bf16_supported()) GTEST_SKIP() << "no AMX-BF16 on this processor";
   expect_rounded_once<BFloat16>(kBfloat16Cases, 1, [](const Problem& p) { cpu::run_amx_bf16(p); });
+}
+
+// The AVX512-BF16 kernel: chosen for bfloat16 without AMX where x's slices and the weight's rows
+// run along unit strides in whole pairs (else the engine), and refused by name otherwise.
+TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
+  const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
+  const auto chosen = [](const Case& c) {
+    Operands o = make_operands(c, 3);
+    return cpu::choose_kernel(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), {}).info.name;
+  };
+  if (!cpu::amx_bf16_supported()) {
+    EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::head_major, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // odd H
+    EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
+  }
+  EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
+  Options options;
+  options.kernel = "cpu_bf16_dot";
+  if (!cpu::bf16_dot_supported()) {
+    Operands o = make_operands({{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true}, 3);
+    expect_library_error([&] { forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options); },
+                         "options.kernel", "needs AVX512-BF16", ErrorCode::unsupported);
+  }
+  Operands f = make_operands({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}, 3);
+  expect_library_error([&] { forward(f.x.view, f.weight.view, f.bias_view(), f.y.view, options); },
+                       "options.kernel", "bfloat16 only", ErrorCode::unsupported);
+  EXPECT_EQ(first_unpoisoned(f.y), std::nullopt) << "y written";
+}
+
+// The AVX512-BF16 kernel rounds y as the AMX kernel does (H = 2: one pair).
+TEST(CpuForwardBf16Dot, RoundsLikeToBfloat16) {
+  if (!cpu::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16 on this processor";
+  expect_rounded_once<BFloat16>(kBfloat16Cases, 2, [](const Problem& p) { cpu::run_bf16_dot(p); });
 }
 
 // The SIMD engine widens 16-bit inputs 16 at a time as it packs them (16 columns, so that both

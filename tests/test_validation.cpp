@@ -232,7 +232,8 @@ TEST_F(ValidationFixture, OutputOverlapsInput) {
 
 TEST_F(ValidationFixture, UnknownOrMisplacedKernel) {
   options.kernel = "no_such_kernel";
-  expect_error("options.kernel", "unknown kernel 'no_such_kernel'; expected auto or one of: cpu_amx_bf16, cpu_gather_gemm");
+  expect_error("options.kernel",
+               "unknown kernel 'no_such_kernel'; expected auto or one of: cpu_amx_bf16, cpu_bf16_dot, cpu_gather_gemm");
   for (const auto& k : available_kernels()) {
     if (k.device != DeviceType::cuda) continue;
     SetUp();

@@ -9,6 +9,8 @@ std::string runs_anything(const Problem&, const Options&) { return {}; }
 void gather_gemm(const Problem& p, const Options&, Workspace, CudaStream) { run_gather_gemm(p); }
 std::string amx_why_not(const Problem& p, const Options&) { return amx_bf16_why_not(p); }
 void amx(const Problem& p, const Options&, Workspace, CudaStream) { run_amx_bf16(p); }
+std::string dot_why_not(const Problem& p, const Options&) { return bf16_dot_why_not(p); }
+void dot(const Problem& p, const Options&, Workspace, CudaStream) { run_bf16_dot(p); }
 void reference(const Problem& p, const Options&, Workspace, CudaStream) { run_reference(p); }
 
 #ifdef GATHER_LINEAR_HAVE_OPENBLAS
@@ -20,6 +22,10 @@ const KernelEntry kKernels[] = {
     {{"cpu_amx_bf16", DeviceType::cpu, true,
       "bfloat16 on AMX tiles, gathering x's rows while packing; OpenMP threads (needs AMX-BF16)"},
      true, amx_why_not, nullptr, amx},
+    {{"cpu_bf16_dot", DeviceType::cpu, true,
+      "bfloat16 on AVX512-BF16 pair dot products, gathering x's rows while packing; OpenMP threads (needs "
+      "AVX512-BF16)"},
+     true, dot_why_not, nullptr, dot},
     {{"cpu_gather_gemm", DeviceType::cpu, true,
       "SIMD GEMM (AVX-512, AVX2 or SSE2) that gathers x's rows while packing; OpenMP threads"},
      true, runs_anything, nullptr, gather_gemm},
@@ -35,10 +41,13 @@ const KernelEntry kKernels[] = {
 
 std::span<const KernelEntry> kernels() { return kKernels; }
 
-// AMX for bfloat16 where the processor has it (it won from the seed problem up, measured in
-// docs/PERFORMANCE.md); the SIMD engine otherwise.
+// bfloat16: AMX where the processor has it (it won from the seed problem up, measured in
+// docs/PERFORMANCE.md); else AVX512-BF16 dot products where x's slices and the weight's rows run
+// along unit strides in whole pairs (its packing's fast paths); else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {
-  return amx_bf16_why_not(p).empty() ? kKernels[0] : kKernels[1];
+  if (amx_bf16_why_not(p).empty()) return kKernels[0];
+  if (bf16_dot_why_not(p).empty() && p.x_stride_h == 1 && p.H % 2 == 0 && p.weight_stride_c == 1) return kKernels[1];
+  return kKernels[2];
 }
 
 }  // namespace gather_linear::cpu

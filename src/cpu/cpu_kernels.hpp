@@ -22,12 +22,19 @@ enum class GemmPath { automatic, packed, direct };
 void run_gather_gemm(const Problem& p, SimdLevel level = SimdLevel::best, GemmPath path = GemmPath::automatic);
 bool simd_level_supported(SimdLevel level);
 
-// Fused, bfloat16 on AMX tiles (amx_gemm.cpp): float32 accumulation, y rounded once. Throws
+// Fused, bfloat16 on AMX tiles (bf16_gemm.cpp): float32 accumulation, y rounded once. Throws
 // gather_linear::Error unless amx_bf16_why_not(p) is empty.
 void run_amx_bf16(const Problem& p);
 // Empty when run_amx_bf16 can compute `p` (bfloat16, and a processor and OS with AMX-BF16).
 std::string amx_bf16_why_not(const Problem& p);
 bool amx_bf16_supported();
+
+// Fused, bfloat16 on AVX512-BF16 dot products of pairs (bf16_gemm.cpp): float32 accumulation, y
+// rounded once. Throws gather_linear::Error unless bf16_dot_why_not(p) is empty.
+void run_bf16_dot(const Problem& p);
+// Empty when run_bf16_dot can compute `p` (bfloat16, and a processor with AVX512-BF16).
+std::string bf16_dot_why_not(const Problem& p);
+bool bf16_dot_supported();
 
 // Exact reference: y_ref[b*K + k] in double precision, single-threaded, from the definition.
 std::vector<double> reference_forward(const Problem& p);

@@ -1,0 +1,502 @@
+// Fused CPU forward for bfloat16 on the instructions that multiply pairs of bfloat16 into float32
+// sums: y = A * W^T + bias with A[b, r*H + h] = x[r, b, h], float32 accumulation, y rounded to
+// bfloat16 once. Two kernels share the weight's packing, the blocking and the epilogue:
+// - cpu_amx_bf16, on AMX (Intel's tile matrix unit). One tile multiply (TDPBF16PS) adds a 16 x 32
+//   bfloat16 tile of A times a 32 x 16 tile of W^T into a 16 x 16 float32 tile: 8192
+//   multiply-adds, where an AVX-512 FMA does 16. The micro-kernel keeps a 32 x 32 block of y in
+//   four accumulator tiles and streams two A tiles and two W tiles per 32-deep step, which uses
+//   all eight tile registers.
+// - cpu_bf16_dot, on AVX512-BF16 where there is no AMX (AMD's Zen 4, for one). VDPBF16PS adds, in
+//   each of 16 float32 lanes, the products of one pair of bfloat16: 32 multiply-adds an
+//   instruction, twice an FMA's. The micro-kernel is the float32 engine's (gather_gemm.cpp) with
+//   pairs for scalars: 12 rows x 32 outputs of y in 24 registers, a pair of A's row broadcast
+//   against 16 pairs of the weight.
+//
+// Layouts (the blocking is the float32 engine's):
+// - W is packed per call, in blocks of about 4 MB, into panels of 16 outputs in the pair-
+//   interleaved form both instructions read: packed[panel][c / 2][j][c % 2] = W[panel*16 + j, c].
+// - A row block of A is gathered straight from x per slice of the reduction: the gather is the
+//   packing, as in the float32 engine. For AMX into a row-major buffer (a cache line of padding
+//   per row); for the dot products into panels of 12 rows, pair-major: a[c / 2][i] holds the pair
+//   (A[i, c], A[i, c + 1]) in one 32-bit word.
+// Rows, outputs and the reduction are padded with zeros: to multiples of 32 for AMX; to 12 rows,
+// 32 outputs and pairs for the dot products.
+//
+// Both instructions treat subnormal inputs, and products below float32's normal range, as zeros
+// (the SIMD engine keeps them); the bias is added, and y rounded, outside them.
+//
+// Linux hands out AMX state only on request (arch_prctl ARCH_REQ_XCOMP_PERM); without it, or
+// without the instructions, the AMX kernel reports itself unsupported and is never chosen.
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/numeric.hpp"
+#include "cpu/block_tasks.hpp"
+#include "cpu/cpu_kernels.hpp"
+#include "cpu/scratch.hpp"
+#include "cpu/avx512_helpers.hpp"
+#include "gather_linear/error.hpp"
+
+namespace gather_linear::cpu {
+namespace {
+
+constexpr int kPanel = 16;  // outputs of a packed weight panel (a tile's columns, a vector's lanes)
+constexpr std::int64_t kGroupOutputs = 1024;  // outputs of y per task, at most: its float32 block stays in L2
+
+// AMX: tiles of 16 rows, 32-deep tile multiplies, a 32 x 32 block of y per micro-kernel call.
+constexpr int kTile = 16;   // rows of a tile, and float32 columns of an accumulator tile
+constexpr int kStep = 32;   // bfloat16 reduction depth of one tile multiply
+constexpr int kBlock = 32;  // rows and outputs of the micro-kernel's block of y
+// Reduction slice gathered at a time: a row block's slice (270 KB) stays in L2. 1024 beat 256
+// and 512 by 5-10% and tied 2048, alternating in one process on (8, 1024, 128, 1024),
+// (26, 512, 64, 1024) and (4, 4096, 256, 1024).
+constexpr int kSlice = 1024;
+// Row stride of the gathered rows: a line past the slice, so that a tile's 16 rows do not all
+// fall in the same few L1 sets.
+constexpr int kLda = kSlice + 32;
+constexpr int kRowBlock = 128;  // rows of y per task
+
+// AVX512-BF16 dot products: 12 rows x 32 outputs a micro-kernel call (24 accumulators, two
+// weight vectors and a broadcast pair of the 32 vector registers).
+constexpr int kDotRows = 12;
+constexpr int kDotOutputs = 2 * kPanel;
+// Pairs of the reduction gathered at a time: the weight's slice of 32 outputs (16 KB) and a
+// 12-row panel of A (6 KB) stay in a 32 KB L1 data cache.
+constexpr int kDotSlicePairs = 128;
+constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered slice (48 KB) stays in L2
+
+std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
+
+// GCC 11 brought the AMX intrinsics (inline assembly: binutils 2.36 or later assembles it), and
+// has AVX512-BF16's.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define GATHER_LINEAR_HAS_BF16_KERNELS 1
+
+bool amx_usable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
+  if (!amx_bf16 || !amx_tile || !__builtin_cpu_supports("avx512f")) return false;  // AVX-512 packs the weight
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16")
+
+// Every tile 16 rows of 64 bytes: accumulators 0-3, A tiles 4-5, W tiles 6-7.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {kTile, kTile, kTile, kTile, kTile, kTile, kTile, kTile};
+};
+// In static storage: GCC's _tile_loadconfig tells the compiler it reads only 8 bytes, so the
+// stores of a local configuration could be dropped.
+constexpr TileConfig kTileConfig{};
+
+void configure_tiles() { _tile_loadconfig(&kTileConfig); }
+
+// c (32 x 32 float32, row stride ldc elements) = (accumulate ? c : 0) + a (32 x depth bfloat16,
+// row stride lda) * the two 16-output panels w0, w1 (pair-interleaved, from the slice's first
+// pair row on).
+void amx_micro_kernel(int depth, const BFloat16* a, std::int64_t lda, const BFloat16* w0, const BFloat16* w1, float* c,
+                      std::int64_t ldc, bool accumulate) {
+  const std::int64_t a_stride = lda * 2, c_stride = ldc * 4;
+  // The tile instructions are asm statements the compiler does not know touch memory: fence
+  // ordinary stores to a and c before them, and loads of c after.
+  asm volatile("" ::: "memory");
+  if (accumulate) {
+    _tile_loadd(0, c, c_stride);
+    _tile_loadd(1, c + kTile, c_stride);
+    _tile_loadd(2, c + kTile * ldc, c_stride);
+    _tile_loadd(3, c + kTile * ldc + kTile, c_stride);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  // Each operand is loaded just before its first multiply, so that the loads of a step overlap
+  // the multiplies of the one before.
+  for (int step = 0; step < depth; step += kStep) {
+    _tile_loadd(4, a + step, a_stride);
+    _tile_loadd(6, w0 + step * kTile, 64);  // 16 pair rows of 16 outputs
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, w1 + step * kTile, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a + kTile * lda + step, a_stride);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, c_stride);
+  _tile_stored(1, c + kTile, c_stride);
+  _tile_stored(2, c + kTile * ldc, c_stride);
+  _tile_stored(3, c + kTile * ldc + kTile, c_stride);
+  asm volatile("" ::: "memory");
+}
+
+void release_tiles() { _tile_release(); }
+
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bf16")
+// c (12 x 32 float32, row stride ldc) = (accumulate ? c : 0) + a (pairs x 12 words: pair q of
+// row i at a[q * 12 + i]) * the two 16-output panels w0, w1 (pairs x 16 words).
+void dot_micro_kernel(int pairs, const std::uint32_t* __restrict a, const std::uint32_t* __restrict w0,
+                      const std::uint32_t* __restrict w1, float* __restrict c, std::int64_t ldc, bool accumulate) {
+  __m512 acc[kDotRows][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < kDotRows; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int q = 0; q < pairs; ++q) {
+    const auto b0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w0 + q * kPanel));
+    const auto b1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w1 + q * kPanel));
+#pragma GCC unroll 12
+    for (int i = 0; i < kDotRows; ++i) {
+      const auto pair = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[q * kDotRows + i])));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], pair, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], pair, b1);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < kDotRows; ++i)
+    for (int v = 0; v < 2; ++v) {
+      float* out = c + i * ldc + v * kPanel;
+      _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(acc[i][v], _mm512_loadu_ps(out)) : acc[i][v]);
+    }
+}
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#pragma GCC diagnostic push
+// GCC 12's conversion intrinsics start from _mm512_undefined
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// out[2j + t] = row_t[j] for j < 16: two rows of 16 bfloat16 interleaved into pairs.
+void interleave_rows_16(const BFloat16* row0, const BFloat16* row1, BFloat16* out) {
+  const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0)));
+  const __m512i high = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1)));
+  _mm512_storeu_si512(out, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
+}
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+
+// One panel of 16 outputs from k_first, every reduction index up to depth (RH padded), in pairs.
+// With a unit inner stride a pair is one 32-bit word, and the panel is a 16 x (depth / 2)
+// transposition of words, 16 x 16 at a time.
+void pack_weight_panel(const Problem& p, std::int64_t k_first, std::int64_t depth, BFloat16* out) {
+  const auto* weight = static_cast<const BFloat16*>(p.weight);
+  const int valid = static_cast<int>(std::clamp<std::int64_t>(p.K - k_first, 0, kPanel));
+  const std::int64_t pairs = depth / 2, full_pairs = p.weight_stride_c == 1 ? p.RH / 2 : 0;
+  const BFloat16* rows[kPanel] = {};
+  for (int j = 0; j < valid; ++j) rows[j] = weight + (k_first + j) * p.weight_stride_k;
+  std::int64_t q = 0;
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  for (; q + kPanel <= full_pairs; q += kPanel) {
+    const std::uint32_t* words[kPanel] = {};
+    for (int j = 0; j < valid; ++j) words[j] = reinterpret_cast<const std::uint32_t*>(rows[j] + 2 * q);
+    transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + q * 2 * kPanel), kPanel);
+  }
+#endif
+  for (; q < full_pairs; ++q) {
+    std::uint32_t words[kPanel] = {};
+    for (int j = 0; j < valid; ++j) std::memcpy(&words[j], rows[j] + 2 * q, sizeof(std::uint32_t));
+    std::memcpy(out + q * 2 * kPanel, words, sizeof words);
+  }
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  // A transposed view (the backward's): the panel's 16 outputs sit side by side in each of its
+  // rows, so a pair is two such rows interleaved.
+  if (p.weight_stride_k == 1 && valid == kPanel)
+    for (; q < p.RH / 2; ++q) {
+      const BFloat16* row0 = weight + 2 * q * p.weight_stride_c + k_first;
+      interleave_rows_16(row0, row0 + p.weight_stride_c, out + q * 2 * kPanel);
+    }
+#endif
+  for (; q < pairs; ++q)  // an odd RH's last pair, the padding, strided views
+    for (int j = 0; j < kPanel; ++j)
+      for (int t = 0; t < 2; ++t) {
+        const std::int64_t c = 2 * q + t;
+        out[(q * kPanel + j) * 2 + t] = j < valid && c < p.RH ? rows[j][c * p.weight_stride_c] : BFloat16{};
+      }
+}
+
+// Rows [b0, b0 + rows) x reduction [c0, c0 + depth) of A gathered from x, row-major with row
+// stride lda; rows up to padded_rows and indices past RH are zero.
+void gather_rows(const Problem& p, std::int64_t b0, int rows, int padded_rows, std::int64_t c0, int depth, int lda,
+                 BFloat16* out) {
+  const auto* x = static_cast<const BFloat16*>(p.x);
+  if (p.R == 1 && p.x_stride_b == 1 && p.x_stride_h != 1) {
+    // A transposed view (the backward's grad_y^T): read each reduction index's rows, which are
+    // adjacent in memory, and write them down a column.
+    const int real = static_cast<int>(std::clamp<std::int64_t>(p.RH - c0, 0, depth));
+    for (int i = 0; i < padded_rows; ++i)
+      std::memset(out + static_cast<std::int64_t>(i) * lda + real, 0,
+                  static_cast<std::size_t>(depth - real) * sizeof(BFloat16));
+    for (int i = rows; i < padded_rows; ++i)
+      std::memset(out + static_cast<std::int64_t>(i) * lda, 0, static_cast<std::size_t>(real) * sizeof(BFloat16));
+    int c = 0;
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+    // 32 reduction indices x 16 rows at a time: pairs of adjacent indices interleaved into
+    // 32-bit words, then a 16 x 16 transposition of the words. (One element at a time, this
+    // gather was most of the kernel's time outside its tile multiplies in the backward.)
+    const int full_rows = rows / kTile * kTile;
+    for (; c + 2 * kTile <= real; c += 2 * kTile)
+      for (int i0 = 0; i0 < full_rows; i0 += kTile) {
+        alignas(64) std::uint32_t words[kTile][kTile];
+        const std::uint32_t* word_rows[kTile];
+        for (int q = 0; q < kTile; ++q) {
+          const BFloat16* src = x + (c0 + c + 2 * q) * p.x_stride_h + b0 + i0;
+          interleave_rows_16(src, src + p.x_stride_h, reinterpret_cast<BFloat16*>(words[q]));
+          word_rows[q] = words[q];
+        }
+        transpose_words_16x16(word_rows, reinterpret_cast<std::uint32_t*>(out + static_cast<std::int64_t>(i0) * lda + c),
+                              lda / 2);
+      }
+    for (int i = full_rows; i < rows && c > 0; ++i)  // rows past the last full 16 of those indices
+      for (int t = 0; t < c; ++t) out[static_cast<std::int64_t>(i) * lda + t] = x[(c0 + t) * p.x_stride_h + b0 + i];
+#endif
+    for (; c < real; ++c) {
+      const BFloat16* src = x + (c0 + c) * p.x_stride_h + b0;
+      for (int i = 0; i < rows; ++i) out[static_cast<std::int64_t>(i) * lda + c] = src[i];
+    }
+    return;
+  }
+  for (int i = 0; i < padded_rows; ++i) {
+    BFloat16* dst = out + static_cast<std::int64_t>(i) * lda;
+    const int real = i < rows ? static_cast<int>(std::clamp<std::int64_t>(p.RH - c0, 0, depth)) : 0;
+    const BFloat16* row = x + (b0 + i) * p.x_stride_b;
+    std::int64_t r = c0 / std::max<std::int64_t>(p.H, 1), h = c0 - r * p.H;
+    for (int done = 0; done < real; ++r, h = 0) {
+      const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, real - done));  // rest of slice r
+      const BFloat16* src = row + r * p.x_stride_r + h * p.x_stride_h;
+      if (p.x_stride_h == 1)
+        std::memcpy(dst + done, src, static_cast<std::size_t>(run) * sizeof(BFloat16));
+      else
+        for (int t = 0; t < run; ++t) dst[done + t] = src[t * p.x_stride_h];
+      done += run;
+    }
+    std::memset(dst + real, 0, static_cast<std::size_t>(depth - real) * sizeof(BFloat16));
+  }
+}
+
+// Rows [b0, b0 + rows) x pairs [q0, q0 + pairs) of A gathered from x into panels of kDotRows
+// rows, pair-major: pair q of row i0 + i of a panel at panel[q * kDotRows + i], one 32-bit word
+// (the lower half the even index). Rows up to padded_rows and indices past RH are zero.
+void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_rows, std::int64_t q0, int pairs,
+                        std::uint32_t* out) {
+  const auto* x = static_cast<const BFloat16*>(p.x);
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  if (p.x_stride_h == 1 && p.H % 2 == 0) {
+    // Each slice of a row is a run of whole pairs along a unit stride: 16 pairs of up to 12 rows
+    // transposed in registers as words, as the float32 engine transposes floats.
+    const std::int64_t slice_pairs = p.H / 2;
+    const int real = static_cast<int>(std::clamp<std::int64_t>(p.RH / 2 - q0, 0, pairs));
+    for (int i0 = 0; i0 < padded_rows; i0 += kDotRows) {
+      std::uint32_t* panel = out + static_cast<std::int64_t>(i0) * pairs;
+      const int panel_rows = std::clamp(rows - i0, 0, kDotRows);
+      std::int64_t r = slice_pairs > 0 ? q0 / slice_pairs : 0, h = 2 * (q0 - r * slice_pairs);
+      for (int done = 0; done < real; ++r, h = 0) {
+        const int run = static_cast<int>(std::min<std::int64_t>(slice_pairs - h / 2, real - done));
+        const BFloat16* src = x + (b0 + i0) * p.x_stride_b + r * p.x_stride_r + h;
+        int t = 0;
+        for (; t + 16 <= run; t += 16) {
+          const std::uint32_t* words[16] = {};  // rows past `rows` read as zeros
+          for (int i = 0; i < panel_rows; ++i)
+            words[i] = reinterpret_cast<const std::uint32_t*>(src + i * p.x_stride_b + 2 * t);
+          transpose_words_16x16(words, panel + (done + t) * kDotRows, kDotRows, kDotRows);
+        }
+        for (; t < run; ++t)
+          for (int i = 0; i < kDotRows; ++i) {
+            std::uint32_t word = 0;
+            if (i < panel_rows) std::memcpy(&word, src + i * p.x_stride_b + 2 * t, sizeof word);
+            panel[(done + t) * kDotRows + i] = word;
+          }
+        done += run;
+      }
+      std::memset(panel + real * kDotRows, 0,
+                  static_cast<std::size_t>(pairs - real) * kDotRows * sizeof(std::uint32_t));
+    }
+    return;
+  }
+#endif
+  // Any other view (strided slices, an odd H whose pairs straddle slices): one element at a time.
+  const auto element = [&](int i, std::int64_t c) -> std::uint32_t {
+    if (i >= rows || c >= p.RH) return 0;
+    const std::int64_t r = c / p.H, h = c - r * p.H;
+    return x[(b0 + i) * p.x_stride_b + r * p.x_stride_r + h * p.x_stride_h].bits;
+  };
+  for (int i = 0; i < padded_rows; ++i) {
+    std::uint32_t* dst = out + static_cast<std::int64_t>(i / kDotRows) * kDotRows * pairs + i % kDotRows;
+    for (int q = 0; q < pairs; ++q) {
+      const std::int64_t c = 2 * (q0 + q);
+      dst[q * kDotRows] = element(i, c) | element(i, c + 1) << 16;
+    }
+  }
+}
+
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
+
+// y[b0 .. b0 + rows, k0 .. k0 + outputs) = c's rows (row stride ldc) + bias, rounded once.
+void store_rows(const Problem& p, const float* c, std::int64_t ldc, std::int64_t b0, int rows, std::int64_t k0,
+                int outputs) {
+  const auto* bias = static_cast<const BFloat16*>(p.bias);
+  auto* y = static_cast<BFloat16*>(p.y);
+  for (int i = 0; i < rows; ++i) {
+    BFloat16* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
+    const float* c_row = c + static_cast<std::int64_t>(i) * ldc;
+    if (p.y_stride_k == 1) {
+      round_row_from_float(c_row, bias ? bias + k0 : nullptr, y_row, outputs);
+      continue;
+    }
+    for (int j = 0; j < outputs; ++j)
+      y_row[j * p.y_stride_k] = to_bfloat16(c_row[j] + (bias ? to_float(bias[k0 + j]) : 0.f));
+  }
+}
+
+// AMX: y[b0 .. b0 + rows, k0 .. k0 + outputs) from the packed block whose first output is
+// k_block0, its panels `depth` deep.
+void amx_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_block0, std::int64_t depth,
+                       std::int64_t b0, int rows, std::int64_t k0, int outputs) {
+  const int padded_rows = static_cast<int>(round_up(rows, kBlock));
+  const int padded_outputs = static_cast<int>(round_up(outputs, kBlock));
+  auto* a = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(kRowBlock) * kLda * sizeof(BFloat16)));
+  // Every 32 x 32 block of c is written by the first slice (from zeroed tiles): no clearing.
+  auto* c = static_cast<float*>(
+      c_scratch.bytes(static_cast<std::size_t>(padded_rows) * padded_outputs * sizeof(float)));
+  const std::int64_t panel_elements = depth * kPanel;
+  configure_tiles();
+  for (std::int64_t c0 = 0; c0 < depth; c0 += kSlice) {
+    const int slice = static_cast<int>(std::min<std::int64_t>(kSlice, depth - c0));
+    gather_rows(p, b0, rows, padded_rows, c0, slice, kLda, a);
+    for (int jr = 0; jr < padded_outputs; jr += kBlock) {
+      const BFloat16* w0 = packed + ((k0 - k_block0 + jr) / kPanel) * panel_elements + c0 * kPanel;
+      for (int ir = 0; ir < padded_rows; ir += kBlock)
+        amx_micro_kernel(slice, a + static_cast<std::int64_t>(ir) * kLda, kLda, w0, w0 + panel_elements,
+                         c + static_cast<std::int64_t>(ir) * padded_outputs + jr, padded_outputs, c0 > 0);
+    }
+  }
+  release_tiles();
+  store_rows(p, c, padded_outputs, b0, rows, k0, outputs);
+}
+
+// AVX512-BF16: the same block, with 12-row panels of pairs of A against 32 outputs at a time.
+void dot_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_block0, std::int64_t depth,
+                       std::int64_t b0, int rows, std::int64_t k0, int outputs) {
+  const int padded_rows = static_cast<int>(round_up(rows, kDotRows));
+  const int padded_outputs = static_cast<int>(round_up(outputs, kDotOutputs));
+  auto* a = static_cast<std::uint32_t*>(
+      a_scratch.bytes(static_cast<std::size_t>(kDotRowBlock) * kDotSlicePairs * sizeof(std::uint32_t)));
+  // Every micro-tile of c is written by the first slice: no clearing.
+  auto* c = static_cast<float*>(
+      c_scratch.bytes(static_cast<std::size_t>(padded_rows) * padded_outputs * sizeof(float)));
+  const std::int64_t panel_words = depth / 2 * kPanel;
+  const auto* packed_words = reinterpret_cast<const std::uint32_t*>(packed);
+  for (std::int64_t q0 = 0; q0 < depth / 2; q0 += kDotSlicePairs) {
+    const int pairs = static_cast<int>(std::min<std::int64_t>(kDotSlicePairs, depth / 2 - q0));
+    gather_pair_panels(p, b0, rows, padded_rows, q0, pairs, a);
+    for (int jr = 0; jr < padded_outputs; jr += kDotOutputs) {
+      const std::uint32_t* w0 = packed_words + ((k0 - k_block0 + jr) / kPanel) * panel_words + q0 * kPanel;
+      for (int ir = 0; ir < padded_rows; ir += kDotRows)
+        dot_micro_kernel(pairs, a + static_cast<std::int64_t>(ir) * pairs, w0, w0 + panel_words,
+                         c + static_cast<std::int64_t>(ir) * padded_outputs + jr, padded_outputs, q0 > 0);
+    }
+  }
+  store_rows(p, c, padded_outputs, b0, rows, k0, outputs);
+}
+
+// The two kernels' driver: the weight packed in blocks of about 4 MB (panels `depth` deep, in
+// pairs: a block's 32 outputs), each block's rows of y then shared out among the threads in tasks
+// of at most row_block rows (cut on multiples of row_granule) and kGroupOutputs outputs.
+template <class ComputeBlock>
+void run_blocked(const Problem& p, std::int64_t depth, std::int64_t row_block, std::int64_t row_granule,
+                 ComputeBlock compute_block) {
+  if (p.B == 0 || p.K == 0) return;
+  const std::int64_t panel_elements = depth * kPanel;
+  // Panels come in pairs (the micro-kernels' 32 outputs); a pair past K is zeros.
+  const std::int64_t pairs_total = ceil_div(p.K, 2 * kPanel);
+  const std::int64_t pair_bytes = 2 * panel_elements * static_cast<std::int64_t>(sizeof(BFloat16));
+  const std::int64_t pairs_per_block = std::clamp<std::int64_t>(kPackedWeightBlockBytes / pair_bytes, 1, pairs_total);
+  auto* packed =
+      static_cast<BFloat16*>(packed_weight_scratch.bytes(static_cast<std::size_t>(pairs_per_block * pair_bytes)));
+  const bool parallel = parallel_pays(p.flops());
+
+  for (std::int64_t pair0 = 0; pair0 < pairs_total; pair0 += pairs_per_block) {
+    const std::int64_t pairs = std::min(pairs_per_block, pairs_total - pair0);
+    const std::int64_t k_block0 = pair0 * 2 * kPanel;
+#pragma omp parallel for if (parallel) schedule(static)
+    for (std::int64_t q = 0; q < 2 * pairs; ++q)
+      pack_weight_panel(p, k_block0 + q * kPanel, depth, packed + q * panel_elements);
+
+    // Enough tasks for every thread even when B is small (the block's outputs split too), and at
+    // most kGroupOutputs outputs a task, so that its float32 block of y stays in L2.
+    const std::int64_t for_threads = parallel ? groups_for_threads(p.B, row_block) : 1;
+    const std::int64_t for_size = ceil_div(pairs * 2 * kPanel, kGroupOutputs);
+    const std::int64_t groups = std::clamp<std::int64_t>(std::max(for_threads, for_size), 1, pairs);
+    for_each_block_task(p.B, row_block, row_granule, pairs, groups, parallel,
+                        [&](std::int64_t b0, int rows, std::int64_t first_pair, std::int64_t group_pairs) {
+                          const std::int64_t k0 = k_block0 + first_pair * 2 * kPanel;
+                          const int outputs = static_cast<int>(std::min(group_pairs * 2 * kPanel, p.K - k0));
+                          compute_block(p, packed, k_block0, depth, b0, rows, k0, outputs);
+                        });
+  }
+}
+#endif
+
+}  // namespace
+
+bool amx_bf16_supported() {
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  static const bool usable = amx_usable();
+  return usable;
+#else
+  return false;
+#endif
+}
+
+std::string amx_bf16_why_not(const Problem& p) {
+  if (p.dtype != DType::bfloat16) return "bfloat16 only";
+  if (!amx_bf16_supported()) return "needs AMX-BF16 tiles, which this processor (or its operating system) lacks";
+  return {};
+}
+
+void run_amx_bf16(const Problem& p) {
+  if (const std::string why = amx_bf16_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  run_blocked(p, round_up(std::max<std::int64_t>(p.RH, 1), kStep), kRowBlock, kBlock, amx_compute_block);
+#endif
+}
+
+bool bf16_dot_supported() {
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  // AVX-512 packs the weight and gathers x.
+  static const bool usable = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  return usable;
+#else
+  return false;
+#endif
+}
+
+std::string bf16_dot_why_not(const Problem& p) {
+  if (p.dtype != DType::bfloat16) return "bfloat16 only";
+  if (!bf16_dot_supported()) return "needs AVX512-BF16, which this processor lacks";
+  return {};
+}
+
+void run_bf16_dot(const Problem& p) {
+  if (const std::string why = bf16_dot_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  run_blocked(p, round_up(std::max<std::int64_t>(p.RH, 1), 2), kDotRowBlock, kDotRows, dot_compute_block);
+#endif
+}
+
+}  // namespace gather_linear::cpu
