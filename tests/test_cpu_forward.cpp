@@ -209,8 +209,9 @@ TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
   expect_rounded_once<BFloat16>(kBfloat16Cases, 1, [](const Problem& p) { cpu::run_amx_bf16(p); });
 }
 
-// The AVX512-BF16 kernel: chosen for bfloat16 without AMX where x's slices and the weight's rows
-// run along unit strides in whole pairs (else the engine), and refused by name otherwise.
+// The AVX512-BF16 kernel: chosen for bfloat16 without AMX where x's slices run along a unit
+// stride in whole pairs or its rows sit side by side (else the engine), and refused by name
+// otherwise.
 TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
   const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
   const auto chosen = [](const Case& c) {
@@ -222,6 +223,8 @@ TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // odd H
     EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
   }
   EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
   Options options;

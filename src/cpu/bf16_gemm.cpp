@@ -186,6 +186,19 @@ void interleave_rows_16(const BFloat16* row0, const BFloat16* row1, BFloat16* ou
   const __m512i high = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1)));
   _mm512_storeu_si512(out, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
 }
+
+// out[i] = (low[i], high[i]) as pairs for i < 12, from the first `rows` elements of each run (a
+// null run, and elements past `rows`, read as zeros): one step of a 12-row panel of A whose rows
+// sit side by side. Masked loads, which read nothing past `rows`.
+#pragma GCC target("avx512f,avx512bw,avx512vl")
+void interleave_runs_12(const BFloat16* low, const BFloat16* high, int rows, std::uint32_t* out) {
+  const auto load_mask = static_cast<__mmask16>((1u << rows) - 1u);
+  const auto widen = [&](const BFloat16* run) {
+    return run ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load_mask, run)) : _mm512_setzero_si512();
+  };
+  _mm512_mask_storeu_epi32(out, static_cast<__mmask16>((1u << kDotRows) - 1u),
+                           _mm512_or_si512(widen(low), _mm512_slli_epi32(widen(high), 16)));
+}
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 #endif
@@ -324,6 +337,25 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
       }
       std::memset(panel + real * kDotRows, 0,
                   static_cast<std::size_t>(pairs - real) * kDotRows * sizeof(std::uint32_t));
+    }
+    return;
+  }
+#endif
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  if (p.x_stride_b == 1) {
+    // Rows side by side (the backward's grad_y^T, an x stored (R, H, B)): each step of a panel
+    // interleaves two runs of adjacent rows, one per index of the pair.
+    const BFloat16* runs[2 * kDotSlicePairs];  // row b0 of each index, null past RH
+    for (int t = 0; t < 2 * pairs; ++t) {
+      const std::int64_t c = 2 * q0 + t, r = c / std::max<std::int64_t>(p.H, 1);
+      runs[t] = c < p.RH ? x + r * p.x_stride_r + (c - r * p.H) * p.x_stride_h + b0 : nullptr;
+    }
+    for (int i0 = 0; i0 < padded_rows; i0 += kDotRows) {
+      std::uint32_t* panel = out + static_cast<std::int64_t>(i0) * pairs;
+      const int panel_rows = std::clamp(rows - i0, 0, kDotRows);
+      for (int q = 0; q < pairs; ++q)
+        interleave_runs_12(runs[2 * q] ? runs[2 * q] + i0 : nullptr, runs[2 * q + 1] ? runs[2 * q + 1] + i0 : nullptr,
+                           panel_rows, panel + q * kDotRows);
     }
     return;
   }
@@ -478,8 +510,9 @@ void run_amx_bf16(const Problem& p) {
 
 bool bf16_dot_supported() {
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
-  // AVX-512 packs the weight and gathers x.
-  static const bool usable = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  // AVX-512 (with its 16-bit masked loads) packs the weight and gathers x.
+  static const bool usable = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
   return usable;
 #else
   return false;

@@ -42,11 +42,15 @@ const KernelEntry kKernels[] = {
 std::span<const KernelEntry> kernels() { return kKernels; }
 
 // bfloat16: AMX where the processor has it (it won from the seed problem up, measured in
-// docs/PERFORMANCE.md); else AVX512-BF16 dot products where x's slices and the weight's rows run
-// along unit strides in whole pairs (its packing's fast paths); else the SIMD engine.
+// docs/PERFORMANCE.md); else AVX512-BF16 dot products where its packing has a fast path for both
+// operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
+// backward's grad_y^T), and the weight's rows, or its columns (the backward's transposed views),
+// along a unit stride; else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {
   if (amx_bf16_why_not(p).empty()) return kKernels[0];
-  if (bf16_dot_why_not(p).empty() && p.x_stride_h == 1 && p.H % 2 == 0 && p.weight_stride_c == 1) return kKernels[1];
+  const bool x_packs_fast = (p.x_stride_h == 1 && p.H % 2 == 0) || p.x_stride_b == 1;
+  const bool weight_packs_fast = p.weight_stride_c == 1 || p.weight_stride_k == 1;
+  if (bf16_dot_why_not(p).empty() && x_packs_fast && weight_packs_fast) return kKernels[1];
   return kKernels[2];
 }
 
