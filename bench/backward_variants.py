@@ -21,7 +21,7 @@ back over rotating input sets, variants in turn, median of five rounds.
 
 On the CPU (--device cpu) smaller shapes run, timed by the wall clock.
 
-    python3 bench/backward_variants.py [out.csv] [--device cpu]
+    python3 bench/backward_variants.py [out.csv] [--device cpu] [--dtypes bfloat16 ...]
 """
 
 import argparse
@@ -136,11 +136,15 @@ def main():
     parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
     parser.add_argument("--gradients", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16", "float16"),
+                        default=["float32", "bfloat16", "float16"])
     args = parser.parse_args()
     on_gpu = args.device == "cuda"
     timer = timer_for(args.device)
     rows = []
     for R, B, H, K, dtype in SHAPES if on_gpu else CPU_SHAPES:
+        if str(dtype).removeprefix("torch.") not in args.dtypes:
+            continue
         for layout in args.layouts:
             sets = input_sets(R, B, H, K, dtype, layout, args.device)
             # About 2 TFLOP per run on the GPU, 20 GFLOP on the CPU.

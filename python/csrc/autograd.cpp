@@ -1,17 +1,13 @@
 // Autograd for gather_linear::forward, in C++. A Python formula (torch.library.register_autograd)
 // costs tens of microseconds of interpreter time per call with gradients enabled, more than the
 // whole forward of a small problem; this kernel costs about as much as an ATen op's autograd.
-// On the GPU, and on the CPU for bfloat16 where the library computes it on AMX tiles, the
-// backward is the library's, through the gather_linear::backward op: one call for all the
-// requested gradients (on the GPU each one cuBLASLt GEMM, with a copy of x or of dX where that
-// measured faster; docs/PERFORMANCE.md). Elsewhere it composes ATen ops:
+// Where it measured faster, the backward is the library's, through the gather_linear::backward
+// op: one call for all the requested gradients (on the GPU each one cuBLASLt GEMM, with a copy of
+// x or of dX where that measured faster; docs/PERFORMANCE.md). That is on the GPU always, and on
+// the CPU by dtype and processor (cpu_backward_pays below). Elsewhere it composes ATen ops:
 //   dX[r, b, h] = sum_k dY[b, k] W[k, r*H + h]      dW = dY^T cat(x)      db = sum_b dY[b, :]
-// - on the CPU in the other dtypes, or without AMX: the library's backward took 0.98-1.22x the
-//   time of ATen's composition (MKL) in float32 and 1.05-1.33x in float16 on a 2-core VM
-//   (bench/results/backward_variants_op_cpu_amx_run7.csv to _run10.csv), and its bfloat16
-//   backward without AMX runs float32 FMAs where oneDNN has AVX512-BF16 or AMX;
-// - in a double backward (create_graph=True: grad mode on inside the backward), which must
-//   differentiate the backward itself, as the op cannot.
+// and so does a double backward (create_graph=True: grad mode on inside the backward), which
+// must differentiate the backward itself, as the op cannot.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/FuncTorchTLS.h>
@@ -60,9 +56,7 @@ variable_list composed_gradients(const at::Tensor& grad_y, const at::Tensor& x, 
 }
 
 // Whether the library's CPU backward in bfloat16 runs on AMX tiles: where the forward's
-// dispatcher picks its AMX kernel (asked once, of a 1 x 1 x 1 problem). There all three
-// gradients took 0.67-1.00x the time of ATen's composition (oneDNN on the same tiles; 2-core
-// VM, bench/results/backward_variants_op_cpu_amx_run5.csv, _run6.csv).
+// dispatcher picks its AMX kernel (asked once, of a 1 x 1 x 1 problem).
 bool cpu_bfloat16_backward_on_amx() {
   static const bool on_amx = [] {
     static std::uint16_t x[1], weight[1], y[1];  // distinct: validation refuses an output over an input
@@ -76,9 +70,31 @@ bool cpu_bfloat16_backward_on_amx() {
   return on_amx;
 }
 
-// Where the backward op beats ATen's composition (see the top of this file).
+// Whether the library's CPU backward beats ATen's composition in this dtype on this processor
+// (all three gradients, 2-core VMs; docs/PERFORMANCE.md, "The CPU backward by processor"):
+// - bfloat16 where the library runs it on AMX tiles: 0.67-1.00x ATen's time (oneDNN on the same
+//   tiles; backward_variants_op_cpu_amx_run5.csv, _run6.csv). On AVX512-BF16 dot products without
+//   AMX (AMD Zen 4) it took 1.03-1.13x (backward_variants_op_cpu_zen4_run2.csv).
+// - float16 where the processor lacks AVX512-FP16: ATen's float16 GEMMs then took 41-96x the op's
+//   time (Zen 4, backward_variants_op_cpu_zen4_run1.csv). With it (Intel Sapphire Rapids) the op
+//   took 1.05-1.33x (backward_variants_op_cpu_amx_run9.csv, _run10.csv).
+// - float32 on AMD's processors, where ATen's GEMM is MKL's off its Intel paths: 0.65-0.95x (Zen
+//   4, _zen4_run1.csv). On Intel's 0.98-1.22x (backward_variants_op_cpu_amx_run7.csv, _run8.csv).
+bool cpu_backward_pays(at::ScalarType dtype) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  switch (dtype) {
+    case at::kBFloat16: return cpu_bfloat16_backward_on_amx();
+    case at::kHalf: return !__builtin_cpu_supports("avx512fp16");
+    case at::kFloat: return __builtin_cpu_is("amd");
+    default: return false;
+  }
+#else
+  return dtype == at::kBFloat16 && cpu_bfloat16_backward_on_amx();
+#endif
+}
+
 bool library_backward_pays(const at::Tensor& grad_y) {
-  return grad_y.is_cuda() || (grad_y.is_cpu() && grad_y.scalar_type() == at::kBFloat16 && cpu_bfloat16_backward_on_amx());
+  return grad_y.is_cuda() || (grad_y.is_cpu() && cpu_backward_pays(grad_y.scalar_type()));
 }
 
 at::Tensor forward_below_autograd(const at::Tensor& x, const at::Tensor& weight,

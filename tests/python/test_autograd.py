@@ -76,8 +76,8 @@ def test_gradients_match_linear_on_cat(shape, head_major, dtype, device):
                          ids=lambda m: "".join("xwb"[i] for i in range(3) if m[i]))
 def test_backward_op_matches_linear_on_cat(output_mask, head_major, dtype, device):
     # The op autograd calls on the GPU, called directly with only the inputs each gradient reads
-    # (on the CPU autograd uses it only for bfloat16 on AMX, so this is where the op's other CPU
-    # paths are checked).
+    # (on the CPU autograd uses it only for some dtypes on some processors, so this is where the
+    # op's other CPU paths are checked).
     # x's gradient comes laid out (B, R, H).
     shape = (3, 37, 24, 20)
     inputs = make_inputs(*shape, dtype=dtype, device=device, head_major=head_major)
@@ -272,24 +272,37 @@ def test_bias_may_be_left_out_of_the_op_call():
     torch.testing.assert_close(torch.ops.gather_linear.forward(x, weight), reference_forward(x, weight, None))
 
 
-def _cpu_has_amx_bf16():
+def _cpu_flags_and_vendor():
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line.split() for line in cpuinfo if line.startswith("flags")), [])
+            lines = cpuinfo.read().splitlines()
     except OSError:
-        return False
-    return "amx_bf16" in flags and "amx_tile" in flags
+        return set(), ""
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    vendor = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), "")
+    return set(flags), vendor
+
+
+def _cpu_backward_through_the_op(dtype):
+    # python/csrc/autograd.cpp, cpu_backward_pays: bfloat16 on AMX tiles, float16 without
+    # AVX512-FP16, float32 on AMD's processors.
+    flags, vendor = _cpu_flags_and_vendor()
+    if dtype == torch.bfloat16:
+        return {"amx_bf16", "amx_tile"} <= flags
+    if dtype == torch.float16:
+        return "avx512_fp16" not in flags
+    return dtype == torch.float32 and vendor == "AuthenticAMD"
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_backward_runs_the_op_where_it_pays(dtype, device):
-    # python/csrc/autograd.cpp: the backward op on the GPU and, on the CPU, for bfloat16 on AMX;
-    # ATen's composition elsewhere.
+    # python/csrc/autograd.cpp: the backward op on the GPU and, on the CPU, where it measured
+    # faster on this dtype and processor; ATen's composition elsewhere.
     inputs = requiring_grad(make_inputs(4, 12, 32, 56, dtype=dtype, device=device), ("x", "weight", "bias"))
     y = gather_linear.forward(*inputs.as_tuple())
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         y.backward(torch.ones_like(y))
     ran_op = any(event.name == "gather_linear::backward" for event in profile.events())
-    expected = device == "cuda" or (dtype == torch.bfloat16 and _cpu_has_amx_bf16())
+    expected = device == "cuda" or _cpu_backward_through_the_op(dtype)
     assert ran_op == expected
