@@ -37,6 +37,7 @@ CPU_SHAPES = [
     (8, 256, 128, 512, torch.bfloat16),
     (8, 1024, 128, 1024, torch.bfloat16),
     (26, 512, 64, 1024, torch.bfloat16),
+    (16, 512, 32, 512, torch.float16),
 ]
 
 
