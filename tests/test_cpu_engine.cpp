@@ -47,47 +47,36 @@ TEST(CpuEngineAsan, PackedPathStaysInsideItsBuffers) {
   }
 }
 
-// The AMX kernel's packing, gathering and epilogue (the tile loads and stores are inline
+// The bfloat16 kernels' packing, gathering and epilogue (AMX's tile loads and stores are inline
 // assembly, which the sanitizer does not see): several weight blocks, tasks split by outputs,
-// padded rows, a reduction of one full slice and an odd part of another, strided x.
-TEST(CpuEngineAsan, AmxStaysInsideItsBuffers) {
-  if (!cpu::amx_bf16_supported()) GTEST_SKIP() << "no AMX-BF16 on this processor";
-  for (int threads : {1, 3}) {
-    for (Shape shape : {Shape{2, 200, 1024, 2500}, Shape{3, 5, 501, 70}, Shape{4, 12, 32, 56}}) {
-      for (Layout layout : {Layout::head_major, Layout::strided, Layout::misaligned}) {
-        const Case c{shape, DType::bfloat16, layout, true};
-        Operands o = make_operands(c, 5);
-        const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
-        std::thread([&] {
-          omp_set_num_threads(threads);
-          cpu::run_amx_bf16(p);
-        }).join();
-        // float32 sums of products of bfloat16 inputs, then one rounding to bfloat16
-        EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), p.B, p.K), 0x1p-7) << c << " with " << threads;
-        EXPECT_TRUE(gaps_untouched(o.y)) << c << " with " << threads << " threads: wrote outside y's view";
-      }
-    }
-  }
-}
-
-// The AVX512-BF16 kernel's packing, gathering and epilogue: the same blocks and tasks, a
-// reduction of several slices and an odd part of one, and views that take the element-wise
-// gather (strided, odd H: pairs that straddle slices) as well as the transposed one.
-TEST(CpuEngineAsan, Bf16DotStaysInsideItsBuffers) {
-  if (!cpu::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16 on this processor";
-  for (int threads : {1, 3}) {
-    for (Shape shape : {Shape{2, 200, 1024, 2500}, Shape{3, 5, 501, 70}, Shape{4, 13, 32, 56}}) {
-      for (Layout layout : {Layout::head_major, Layout::strided, Layout::misaligned, Layout::b_unit}) {
-        const Case c{shape, DType::bfloat16, layout, true};
-        Operands o = make_operands(c, 5);
-        const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
-        std::thread([&] {
-          omp_set_num_threads(threads);
-          cpu::run_bf16_dot(p);
-        }).join();
-        // float32 sums of products of bfloat16 inputs, then one rounding to bfloat16
-        EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), p.B, p.K), 0x1p-7) << c << " with " << threads;
-        EXPECT_TRUE(gaps_untouched(o.y)) << c << " with " << threads << " threads: wrote outside y's view";
+// padded rows, reductions of whole and odd slices, and each gather: x's slices along a unit
+// stride, strided (the dot kernel's element-wise gather) and side by side.
+TEST(CpuEngineAsan, Bf16KernelsStayInsideTheirBuffers) {
+  struct Kernel {
+    const char* name;
+    bool supported;
+    void (*run)(const Problem&);
+  };
+  const Kernel kernels[] = {{"cpu_amx_bf16", cpu::amx_bf16_supported(), cpu::run_amx_bf16},
+                            {"cpu_bf16_dot", cpu::bf16_dot_supported(), cpu::run_bf16_dot}};
+  if (!kernels[0].supported && !kernels[1].supported) GTEST_SKIP() << "neither AMX-BF16 nor AVX512-BF16 here";
+  for (const Kernel& kernel : kernels) {
+    if (!kernel.supported) continue;
+    for (int threads : {1, 3}) {
+      for (Shape shape : {Shape{2, 200, 1024, 2500}, Shape{3, 5, 501, 70}, Shape{4, 13, 32, 56}}) {
+        for (Layout layout : {Layout::head_major, Layout::strided, Layout::misaligned, Layout::b_unit}) {
+          const Case c{shape, DType::bfloat16, layout, true};
+          Operands o = make_operands(c, 5);
+          const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+          std::thread([&] {
+            omp_set_num_threads(threads);
+            kernel.run(p);
+          }).join();
+          const std::string what = std::string(kernel.name) + " with " + std::to_string(threads) + " threads";
+          // float32 sums of products of bfloat16 inputs, then one rounding to bfloat16
+          EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), p.B, p.K), 0x1p-7) << c << " " << what;
+          EXPECT_TRUE(gaps_untouched(o.y)) << c << " " << what << ": wrote outside y's view";
+        }
       }
     }
   }
