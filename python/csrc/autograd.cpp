@@ -78,14 +78,15 @@ bool cpu_bfloat16_backward_on_amx() {
 // - float16 where the processor lacks AVX512-FP16: ATen's float16 GEMMs then took 41-96x the op's
 //   time (Zen 4, backward_variants_op_cpu_zen4_run1.csv). With it (Intel Sapphire Rapids) the op
 //   took 1.05-1.33x (backward_variants_op_cpu_amx_run9.csv, _run10.csv).
-// - float32 on AMD's processors, where ATen's GEMM is MKL's off its Intel paths: 0.65-0.95x (Zen
-//   4, _zen4_run1.csv). On Intel's 0.98-1.22x (backward_variants_op_cpu_amx_run7.csv, _run8.csv).
+// - float32 on AMD's processors with AVX-512, where ATen's GEMM is MKL's off its Intel paths:
+//   0.65-0.95x (Zen 4, _zen4_run1.csv). On Intel's 0.98-1.22x (backward_variants_op_cpu_amx_run7.csv,
+//   _run8.csv). AMD's without AVX-512 (the engine at AVX2) were not measured.
 bool cpu_backward_pays(at::ScalarType dtype) {
 #if defined(__x86_64__) && defined(__GNUC__)
   switch (dtype) {
     case at::kBFloat16: return cpu_bfloat16_backward_on_amx();
     case at::kHalf: return !__builtin_cpu_supports("avx512fp16");
-    case at::kFloat: return __builtin_cpu_is("amd");
+    case at::kFloat: return __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
     default: return false;
   }
 #else
