@@ -27,6 +27,13 @@ SHAPES = [  # R, B, H, K, dtype
     (8, 1024, 128, 1024, torch.bfloat16),
     (26, 512, 64, 1024, torch.bfloat16),
     (4, 4096, 256, 1024, torch.bfloat16),
+    # short batches (decoding a few tokens): the weight is read more than it is reused
+    (32, 1, 128, 4096, torch.float32),
+    (32, 16, 128, 4096, torch.float32),
+    (32, 1, 128, 4096, torch.bfloat16),
+    (32, 16, 128, 4096, torch.bfloat16),
+    (32, 1, 128, 4096, torch.float16),
+    (32, 16, 128, 4096, torch.float16),
 ]
 
 

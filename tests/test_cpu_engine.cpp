@@ -25,22 +25,28 @@ namespace {
 using namespace gather_linear::testing;
 
 // Each run on a thread of its own: the engine's scratch buffers belong to the calling thread and
-// only grow, so one left larger by an earlier run would hide an overrun from the sanitizer.
-TEST(CpuEngineAsan, PackedPathStaysInsideItsBuffers) {
+// only grow, so one left larger by an earlier run would hide an overrun from the sanitizer. The
+// direct path's tiles of 4 weight rows by 4, 3, 2 or 1 rows of A, with reduction tails, too.
+TEST(CpuEngineAsan, EnginePathsStayInsideTheirBuffers) {
   for (int threads : {1, 2, 3, 4, 7}) {
-    for (Shape shape : {Shape{12, 8, 128, 1024}, Shape{4, 300, 512, 700}, Shape{3, 5, 1000, 1500}}) {
+    for (Shape shape :
+         {Shape{12, 8, 128, 1024}, Shape{4, 300, 512, 700}, Shape{3, 5, 1000, 1500}, Shape{3, 7, 33, 70}}) {
       for (DType dtype : {DType::float32, DType::float64}) {
         for (Layout layout : {Layout::head_major, Layout::strided, Layout::b_unit}) {
-          const Case c{shape, dtype, layout, true};
-          Operands o = make_operands(c, 5);
-          const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
-          std::thread([&] {
-            omp_set_num_threads(threads);
-            cpu::run_gather_gemm(p, cpu::SimdLevel::best, cpu::GemmPath::packed);
-          }).join();
-          EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), p.B, p.K), exact_tolerance(dtype))
-              << c << " with " << threads << " threads";
-          EXPECT_TRUE(gaps_untouched(o.y)) << c << " with " << threads << " threads: wrote outside y's view";
+          for (auto path : {cpu::GemmPath::packed, cpu::GemmPath::direct}) {
+            const Case c{shape, dtype, layout, true};
+            Operands o = make_operands(c, 5);
+            const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+            std::thread([&] {
+              omp_set_num_threads(threads);
+              cpu::run_gather_gemm(p, cpu::SimdLevel::best, path);
+            }).join();
+            const std::string what = std::string(path == cpu::GemmPath::packed ? "packed" : "direct") + " with " +
+                                     std::to_string(threads) + " threads";
+            EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), p.B, p.K), exact_tolerance(dtype))
+                << c << " " << what;
+            EXPECT_TRUE(gaps_untouched(o.y)) << c << " " << what << ": wrote outside y's view";
+          }
         }
       }
     }

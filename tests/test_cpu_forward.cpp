@@ -210,8 +210,8 @@ TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
 }
 
 // The AVX512-BF16 kernel: chosen for bfloat16 without AMX where x's slices run along a unit
-// stride in whole pairs or its rows sit side by side (else the engine), and refused by name
-// otherwise.
+// stride in whole pairs or its rows sit side by side, and the batch is longer than 4 rows (else
+// the engine), and refused by name otherwise.
 TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
   const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
   const auto chosen = [](const Case& c) {
@@ -225,6 +225,7 @@ TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
     EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{4, 4, 32, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // short batch
   }
   EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
   Options options;

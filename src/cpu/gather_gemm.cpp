@@ -84,9 +84,15 @@ Engine engine_for(SimdLevel level) {
 
 thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
 
-// Below this much work packing the weight costs more than it saves (as the OpenMP fork/join
-// does below kParallelFlops): such problems take the direct, single-threaded path.
+// The direct path (no packing) where packing the weight costs more than it saves: below this
+// much work, or for batches this short. Packing reads and writes the weight once more than the
+// GEMM reads it, and only B rows reuse it: against the packed path the direct one took 0.11-0.68
+// of the time at B = 1 to 8, 0.47-0.74 at B = 16, 0.66-1.13 at 32 and 0.79-1.31 at 64 in float32
+// on a 2-core Zen 4, float16 0.19-0.77 up to B = 64 (docs/PERFORMANCE.md, "Short batches"). Its
+// gathered rows of A (B * RH accumulators) are bounded by kDirectRowsBytes.
 constexpr double kDirectFlops = 4e6;
+constexpr std::int64_t kDirectRows = 16;
+constexpr std::int64_t kDirectRowsBytes = std::int64_t{16} << 20;
 
 template <class In>
 void run_engine(const Problem& p, const Engine& e, GemmPath path) {
@@ -95,9 +101,11 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
   // backward's transposed views go through packing, which reads them row-wise. (Copying such a
   // view row-major for the direct path measured slower still: its short reductions run as
   // chains of dependent scalar adds.)
-  const bool direct_pays = p.flops() <= kDirectFlops && p.weight_stride_c == 1;
+  const bool direct_pays = p.weight_stride_c == 1 &&
+                           (p.flops() <= kDirectFlops ||
+                            (p.B <= kDirectRows && p.B * p.RH * std::int64_t{sizeof(Acc)} <= kDirectRowsBytes));
   if (path == GemmPath::direct || (path == GemmPath::automatic && direct_pays)) {
-    e.direct_rows(p, a_scratch.bytes(static_cast<std::size_t>(std::max<std::int64_t>(p.RH, 1)) * sizeof(Acc)));
+    e.direct_rows(p, a_scratch.bytes(static_cast<std::size_t>(std::max<std::int64_t>(p.B * p.RH, 1)) * sizeof(Acc)));
     return;
   }
   const auto [MR, NR, MC, KC] = e.tiling;

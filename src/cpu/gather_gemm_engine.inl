@@ -276,58 +276,107 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   }
 }
 
-// For problems too small to repay packing the weight: each gathered row of A is dotted with
-// each weight row directly, in SIMD partial sums. row_buf holds RH accumulators.
-template <class In, class Acc>
-void direct_rows(const Problem& p, Acc* __restrict row_buf) {
+// Loads L consecutive inputs as accumulators (widened 16 at a time on AVX-512).
+template <class In, class Acc, class Vec>
+inline Vec load_vector(const In* src) {
   constexpr int L = Tiling<Acc>::kLanes;
-  typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
-  const auto load = [](const In* src) {
-    Vec v;
-    if constexpr (std::is_same_v<In, Acc>) {
-      std::memcpy(&v, src, sizeof(Vec));
+  Vec v;
+  if constexpr (std::is_same_v<In, Acc>) {
+    std::memcpy(&v, src, sizeof(Vec));
 #if GATHER_GEMM_AVX512
-    } else if constexpr (kLoads16AsFloat<In>) {
-      const __m512 widened = load16_as_float(src);
-      std::memcpy(&v, &widened, sizeof(Vec));
+  } else if constexpr (kLoads16AsFloat<In>) {
+    const __m512 widened = load16_as_float(src);
+    std::memcpy(&v, &widened, sizeof(Vec));
 #endif
-    } else {
-      for (int i = 0; i < L; ++i) v[i] = load_as<Acc>(src[i]);
-    }
-    return v;
-  };
-  // Horizontal sum as a tree: a left-to-right sum of the lanes is a chain of L dependent adds
-  // per output, which would dominate at these sizes.
-  const auto lane_sum = [](Vec v) {
-    Acc t[L];
-    std::memcpy(t, &v, sizeof(Vec));
+  } else {
+    for (int i = 0; i < L; ++i) v[i] = load_as<Acc>(src[i]);
+  }
+  return v;
+}
+
+// Horizontal sum as a tree: a left-to-right sum of the lanes is a chain of L dependent adds per
+// output, which would dominate at these sizes.
+template <class Acc, class Vec>
+inline Acc lane_sum(Vec v) {
+  constexpr int L = Tiling<Acc>::kLanes;
+  Acc t[L];
+  std::memcpy(t, &v, sizeof(Vec));
 #pragma GCC unroll 8
-    for (int width = L / 2; width >= 1; width /= 2)
-      for (int i = 0; i < width; ++i) t[i] += t[i + width];
-    return t[0];
-  };
+  for (int width = L / 2; width >= 1; width /= 2)
+    for (int i = 0; i < width; ++i) t[i] += t[i + width];
+  return t[0];
+}
+
+// y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (rows, each RH long) and kt <= 4 weight
+// rows along a unit stride, read once for the BT rows: vectors run along the reduction, 4 * BT
+// partial sums, added up at the end.
+template <class In, class Acc, int BT>
+void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_t k0, int kt) {
+  constexpr int L = Tiling<Acc>::kLanes, KT = 4;
+  typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
+  const In* w[KT];
+  for (int j = 0; j < KT; ++j)  // rows past kt repeat the last one; their sums are dropped
+    w[j] = static_cast<const In*>(p.weight) + (k0 + std::min(j, kt - 1)) * p.weight_stride_k;
+  const Acc* a[BT];
+  for (int i = 0; i < BT; ++i) a[i] = rows + (b0 + i) * p.RH;
+  Vec acc[BT][KT] = {};
+  std::int64_t c = 0;
+  for (; c + L <= p.RH; c += L) {
+    Vec wv[KT];
+#pragma GCC unroll 4
+    for (int j = 0; j < KT; ++j) wv[j] = load_vector<In, Acc, Vec>(w[j] + c);
+#pragma GCC unroll 4
+    for (int i = 0; i < BT; ++i) {
+      Vec av;
+      std::memcpy(&av, a[i] + c, sizeof(Vec));
+#pragma GCC unroll 4
+      for (int j = 0; j < KT; ++j) acc[i][j] += av * wv[j];
+    }
+  }
   const In* bias = static_cast<const In*>(p.bias);
   In* y = static_cast<In*>(p.y);
-  for (std::int64_t b = 0; b < p.B; ++b) {
-    pack_gathered_rows_to_line<In, Acc>(p, b, row_buf);
-    for (std::int64_t k = 0; k < p.K; ++k) {
-      const In* w = static_cast<const In*>(p.weight) + k * p.weight_stride_k;
-      Acc sum = 0;
-      if (p.weight_stride_c == 1) {
-        Vec partial[4] = {};
-        std::int64_t c = 0;
-        for (; c + 4 * L <= p.RH; c += 4 * L)
-          for (int u = 0; u < 4; ++u) {
-            Vec a;
-            std::memcpy(&a, row_buf + c + u * L, sizeof(Vec));
-            partial[u] += a * load(w + c + u * L);
-          }
-        sum = lane_sum((partial[0] + partial[1]) + (partial[2] + partial[3]));
-        for (; c < p.RH; ++c) sum += row_buf[c] * load_as<Acc>(w[c]);
-      } else {  // a transposed view in the backward: too small here to repay packing it
-        for (std::int64_t c = 0; c < p.RH; ++c) sum += row_buf[c] * load_as<Acc>(w[c * p.weight_stride_c]);
+  for (int i = 0; i < BT; ++i)
+    for (int j = 0; j < kt; ++j) {
+      Acc sum = lane_sum<Acc>(acc[i][j]);
+      for (std::int64_t t = c; t < p.RH; ++t) sum += a[i][t] * load_as<Acc>(w[j][t]);
+      y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] =
+          store_as<In>(sum + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0)));
+    }
+}
+
+// For problems whose weight packing would not pay: too small overall, or a batch too short for
+// the packed weight to be reused (packing reads and writes the weight once more than the GEMM
+// reads it). A's rows are gathered once into rows_buf (B * RH accumulators); then each weight row
+// is read once, straight from memory, against up to 4 rows of A at a time (threads split the
+// weight's rows).
+template <class In, class Acc>
+void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
+  for (std::int64_t b = 0; b < p.B; ++b) pack_gathered_rows_to_line<In, Acc>(p, b, rows_buf + b * p.RH);
+  if (p.weight_stride_c != 1) {
+    // A transposed view in the backward: too small here to repay packing it.
+    const In* bias = static_cast<const In*>(p.bias);
+    In* y = static_cast<In*>(p.y);
+    for (std::int64_t b = 0; b < p.B; ++b)
+      for (std::int64_t k = 0; k < p.K; ++k) {
+        const In* w = static_cast<const In*>(p.weight) + k * p.weight_stride_k;
+        Acc sum = 0;
+        for (std::int64_t c = 0; c < p.RH; ++c) sum += rows_buf[b * p.RH + c] * load_as<Acc>(w[c * p.weight_stride_c]);
+        y[b * p.y_stride_b + k * p.y_stride_k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k]) : Acc(0)));
       }
-      y[b * p.y_stride_b + k * p.y_stride_k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k]) : Acc(0)));
+    return;
+  }
+  const std::int64_t k_tiles = ceil_div(p.K, 4);
+#pragma omp parallel for if (parallel_pays(p.flops())) schedule(static)
+  for (std::int64_t t = 0; t < k_tiles; ++t) {
+    const std::int64_t k0 = t * 4;
+    const int kt = static_cast<int>(std::min<std::int64_t>(4, p.K - k0));
+    std::int64_t b0 = 0;
+    for (; b0 + 4 <= p.B; b0 += 4) direct_tile<In, Acc, 4>(p, rows_buf, b0, k0, kt);
+    switch (p.B - b0) {
+      case 3: direct_tile<In, Acc, 3>(p, rows_buf, b0, k0, kt); break;
+      case 2: direct_tile<In, Acc, 2>(p, rows_buf, b0, k0, kt); break;
+      case 1: direct_tile<In, Acc, 1>(p, rows_buf, b0, k0, kt); break;
+      default: break;
     }
   }
 }
