@@ -210,8 +210,8 @@ TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
 }
 
 // The AVX512-BF16 kernel: chosen for bfloat16 without AMX where x's slices run along a unit
-// stride in whole pairs or its rows sit side by side, and the batch is longer than 4 rows (else
-// the engine), and refused by name otherwise.
+// stride in whole pairs or its rows sit side by side (else the engine), and refused by name
+// otherwise.
 TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
   const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
   const auto chosen = [](const Case& c) {
@@ -225,7 +225,6 @@ TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
     EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{4, 4, 32, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // short batch
   }
   EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
   Options options;
@@ -239,6 +238,25 @@ TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
   expect_library_error([&] { forward(f.x.view, f.weight.view, f.bias_view(), f.y.view, options); },
                        "options.kernel", "bfloat16 only", ErrorCode::unsupported);
   EXPECT_EQ(first_unpoisoned(f.y), std::nullopt) << "y written";
+}
+
+// The AVX512-BF16 kernel's direct path (batches of up to 16 rows against a weight of 1 MB or
+// more, up to 4 rows otherwise): every tile of 1 to 4 rows, reductions with a scalar tail, every
+// layout of x.
+TEST(CpuForwardBf16Dot, ShortBatchesReadTheWeightInPlace) {
+  if (!cpu::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16 on this processor";
+  for (std::int64_t B : {1, 2, 3, 5, 7, 13, 16})
+    for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}})
+      for (Layout layout : kLayouts) {
+        if (shape.K == 33 && B > 4) continue;  // a small weight: the packed path
+        const Case c{shape, DType::bfloat16, layout, true};
+        const double err = error_of(c, [](Operands& o) {
+          Options options;
+          options.kernel = "cpu_bf16_dot";
+          forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
+        });
+        expect_accurate(c, err, "cpu_bf16_dot");
+      }
 }
 
 // The AVX512-BF16 kernel rounds y as the AMX kernel does (H = 2: one pair).

@@ -71,6 +71,13 @@ constexpr int kDotOutputs = 2 * kPanel;
 // 12-row panel of A (6 KB) stay in a 32 KB L1 data cache.
 constexpr int kDotSlicePairs = 128;
 constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered slice (48 KB) stays in L2
+// Batches this short take the dot kernel's direct path (dot_direct): up to 4 rows always, up to
+// 16 where the weight is at least 1 MB. Against the packed path it took 0.16-0.63 of the time at
+// B = 1 to 4, 0.46-0.69 at B = 8 to 16 with weights of 2 to 32 MB, but 1.18 at B = 8 with a
+// 256 KB weight (packing a weight that stays in cache is cheap), and 0.81-1.43 at B = 24
+// (2-core Zen 4, docs/PERFORMANCE.md, "Short batches").
+constexpr std::int64_t kDotDirectRows = 4, kDotDirectRowsLargeWeight = 16;
+constexpr std::int64_t kDotLargeWeightBytes = std::int64_t{1} << 20;
 
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
@@ -172,6 +179,48 @@ void dot_micro_kernel(int pairs, const std::uint32_t* __restrict a, const std::u
       _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(acc[i][v], _mm512_loadu_ps(out)) : acc[i][v]);
     }
 }
+
+#pragma GCC diagnostic push
+// GCC 12's _mm512_reduce_add_ps starts from _mm512_undefined
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (bfloat16, row stride lda) and kt <= 4
+// weight rows along a unit stride, each read once in place: vectors of 16 pairs along the
+// reduction, VDPBF16PS into 16 float32 partial sums an output, added up at the end.
+template <int BT>
+void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, std::int64_t b0, std::int64_t k0,
+                     int kt) {
+  constexpr int KT = 4;
+  const BFloat16* w[KT];
+  for (int j = 0; j < KT; ++j)  // rows past kt repeat the last one; their sums are dropped
+    w[j] = static_cast<const BFloat16*>(p.weight) + (k0 + std::min(j, kt - 1)) * p.weight_stride_k;
+  const BFloat16* a[BT];
+  for (int i = 0; i < BT; ++i) a[i] = rows + (b0 + i) * lda;
+  __m512 acc[BT][KT];
+  for (int i = 0; i < BT; ++i)
+    for (int j = 0; j < KT; ++j) acc[i][j] = _mm512_setzero_ps();
+  std::int64_t c = 0;
+  for (; c + 2 * kPanel <= p.RH; c += 2 * kPanel) {
+    __m512bh wv[KT];
+#pragma GCC unroll 4
+    for (int j = 0; j < KT; ++j) wv[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w[j] + c));
+#pragma GCC unroll 4
+    for (int i = 0; i < BT; ++i) {
+      const auto av = reinterpret_cast<__m512bh>(_mm512_loadu_si512(a[i] + c));
+#pragma GCC unroll 4
+      for (int j = 0; j < KT; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, wv[j]);
+    }
+  }
+  const auto* bias = static_cast<const BFloat16*>(p.bias);
+  auto* y = static_cast<BFloat16*>(p.y);
+  for (int i = 0; i < BT; ++i)
+    for (int j = 0; j < kt; ++j) {
+      float sum = _mm512_reduce_add_ps(acc[i][j]);
+      for (std::int64_t t = c; t < p.RH; ++t) sum += to_float(a[i][t]) * to_float(w[j][t]);
+      y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] = to_bfloat16(sum + (bias ? to_float(bias[k0 + j]) : 0.f));
+    }
+}
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -446,6 +495,39 @@ void dot_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
   store_rows(p, c, padded_outputs, b0, rows, k0, outputs);
 }
 
+// The dot kernel for short batches, where packing the weight costs more than its reuse by B
+// rows saves: A's rows gathered once (B * RH bfloat16), then each weight row read once in place
+// against 4 rows of A at a time (threads split the weight's rows).
+void dot_direct(const Problem& p) {
+  if (p.B == 0 || p.K == 0) return;
+  const std::int64_t lda = std::max<std::int64_t>(p.RH, 1);
+  auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * lda) * sizeof(BFloat16)));
+  const auto* x = static_cast<const BFloat16*>(p.x);
+  for (std::int64_t b = 0; b < p.B; ++b)
+    for (std::int64_t r = 0; r < p.R; ++r) {
+      const BFloat16* src = x + b * p.x_stride_b + r * p.x_stride_r;
+      BFloat16* dst = rows + b * lda + r * p.H;
+      if (p.x_stride_h == 1)
+        std::memcpy(dst, src, static_cast<std::size_t>(p.H) * sizeof(BFloat16));
+      else
+        for (std::int64_t h = 0; h < p.H; ++h) dst[h] = src[h * p.x_stride_h];
+    }
+  const std::int64_t k_tiles = ceil_div(p.K, 4);
+#pragma omp parallel for if (parallel_pays(p.flops())) schedule(static)
+  for (std::int64_t t = 0; t < k_tiles; ++t) {
+    const std::int64_t k0 = t * 4;
+    const int kt = static_cast<int>(std::min<std::int64_t>(4, p.K - k0));
+    std::int64_t b0 = 0;
+    for (; b0 + 4 <= p.B; b0 += 4) dot_direct_tile<4>(p, rows, lda, b0, k0, kt);
+    switch (p.B - b0) {
+      case 3: dot_direct_tile<3>(p, rows, lda, b0, k0, kt); break;
+      case 2: dot_direct_tile<2>(p, rows, lda, b0, k0, kt); break;
+      case 1: dot_direct_tile<1>(p, rows, lda, b0, k0, kt); break;
+      default: break;
+    }
+  }
+}
+
 // The two kernels' driver: the weight packed in blocks of about 4 MB (panels `depth` deep, in
 // pairs: a block's 32 outputs), each block's rows of y then shared out among the threads in tasks
 // of at most row_block rows (cut on multiples of row_granule) and kGroupOutputs outputs.
@@ -528,6 +610,11 @@ std::string bf16_dot_why_not(const Problem& p) {
 void run_bf16_dot(const Problem& p) {
   if (const std::string why = bf16_dot_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  const bool large_weight = p.K * p.RH * std::int64_t{sizeof(BFloat16)} >= kDotLargeWeightBytes;
+  if (p.weight_stride_c == 1 && p.B <= (large_weight ? kDotDirectRowsLargeWeight : kDotDirectRows)) {
+    dot_direct(p);
+    return;
+  }
   run_blocked(p, round_up(std::max<std::int64_t>(p.RH, 1), 2), kDotRowBlock, kDotRows, dot_compute_block);
 #endif
 }

@@ -45,18 +45,12 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 // docs/PERFORMANCE.md); else AVX512-BF16 dot products where its packing has a fast path for both
 // operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
 // backward's grad_y^T), and the weight's rows, or its columns (the backward's transposed views),
-// along a unit stride; else the SIMD engine. Batches of up to kDirectBeatsDotRows rows with the
-// weight's rows along a unit stride go to the engine's direct path, which reads the weight once
-// instead of packing it: 0.20-0.46x the dot kernel's time at B = 1 to 4, 0.78-1.44x at B = 8
-// (2-core Zen 4, docs/PERFORMANCE.md, "Short batches"). (AMX was not measured there.)
-constexpr std::int64_t kDirectBeatsDotRows = 4;
-
+// along a unit stride; else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {
   if (amx_bf16_why_not(p).empty()) return kKernels[0];
   const bool x_packs_fast = (p.x_stride_h == 1 && p.H % 2 == 0) || p.x_stride_b == 1;
   const bool weight_packs_fast = p.weight_stride_c == 1 || p.weight_stride_k == 1;
-  const bool direct_beats_dot = p.B <= kDirectBeatsDotRows && p.weight_stride_c == 1;
-  if (bf16_dot_why_not(p).empty() && x_packs_fast && weight_packs_fast && !direct_beats_dot) return kKernels[1];
+  if (bf16_dot_why_not(p).empty() && x_packs_fast && weight_packs_fast) return kKernels[1];
   return kKernels[2];
 }
 
