@@ -8,6 +8,10 @@
 //   dX[r, b, h] = sum_k dY[b, k] W[k, r*H + h]      dW = dY^T cat(x)      db = sum_b dY[b, :]
 // and so does a double backward (create_graph=True: grad mode on inside the backward), which
 // must differentiate the backward itself, as the op cannot.
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/FuncTorchTLS.h>
@@ -83,9 +87,19 @@ bool cpu_bfloat16_backward_on_amx() {
 //   _run8.csv). AMD's without AVX-512 (the engine at AVX2) were not measured.
 bool cpu_backward_pays(at::ScalarType dtype) {
 #if defined(__x86_64__) && defined(__GNUC__)
+  // AVX512-FP16 is CPUID leaf 7's EDX bit 23, read directly: not every compiler's
+  // __builtin_cpu_supports knows it.
+  const auto has_avx512_fp16 = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 &&
+           ((edx >> 23) & 1u) != 0;
+  };
   switch (dtype) {
     case at::kBFloat16: return cpu_bfloat16_backward_on_amx();
-    case at::kHalf: return !__builtin_cpu_supports("avx512fp16");
+    case at::kHalf: {
+      static const bool has_fp16 = has_avx512_fp16();
+      return !has_fp16;
+    }
     case at::kFloat: return __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
     default: return false;
   }
