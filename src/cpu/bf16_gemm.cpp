@@ -512,25 +512,10 @@ void dot_direct(const Problem& p) {
       else
         for (std::int64_t h = 0; h < p.H; ++h) dst[h] = src[h * p.x_stride_h];
     }
-  const auto tiles_of = [&](std::int64_t t) {  // weight rows [4t, 4t + 4) against every row of A
-    const std::int64_t k0 = t * 4;
-    const int kt = static_cast<int>(std::min<std::int64_t>(4, p.K - k0));
-    std::int64_t b0 = 0;
-    for (; b0 + 4 <= p.B; b0 += 4) dot_direct_tile<4>(p, rows, lda, b0, k0, kt);
-    switch (p.B - b0) {
-      case 3: dot_direct_tile<3>(p, rows, lda, b0, k0, kt); break;
-      case 2: dot_direct_tile<2>(p, rows, lda, b0, k0, kt); break;
-      case 1: dot_direct_tile<1>(p, rows, lda, b0, k0, kt); break;
-      default: break;
-    }
-  };
-  const std::int64_t k_tiles = ceil_div(p.K, 4);
-  if (!parallel_pays(p.flops())) {  // no OpenMP region at all: even an if(false) one costs time
-    for (std::int64_t t = 0; t < k_tiles; ++t) tiles_of(t);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t t = 0; t < k_tiles; ++t) tiles_of(t);
+  for_each_direct_tile(p.B, p.K, parallel_pays(p.flops()), [&](auto tile_rows, std::int64_t b0, std::int64_t k0,
+                                                                int kt) {
+    dot_direct_tile<decltype(tile_rows)::value>(p, rows, lda, b0, k0, kt);
+  });
 }
 
 // The two kernels' driver: the weight packed in blocks of about 4 MB (panels `depth` deep, in

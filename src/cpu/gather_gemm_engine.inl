@@ -365,25 +365,9 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
       }
     return;
   }
-  const auto tiles_of = [&](std::int64_t t) {  // weight rows [4t, 4t + 4) against every row of A
-    const std::int64_t k0 = t * 4;
-    const int kt = static_cast<int>(std::min<std::int64_t>(4, p.K - k0));
-    std::int64_t b0 = 0;
-    for (; b0 + 4 <= p.B; b0 += 4) direct_tile<In, Acc, 4>(p, rows_buf, b0, k0, kt);
-    switch (p.B - b0) {
-      case 3: direct_tile<In, Acc, 3>(p, rows_buf, b0, k0, kt); break;
-      case 2: direct_tile<In, Acc, 2>(p, rows_buf, b0, k0, kt); break;
-      case 1: direct_tile<In, Acc, 1>(p, rows_buf, b0, k0, kt); break;
-      default: break;
-    }
-  };
-  const std::int64_t k_tiles = ceil_div(p.K, 4);
-  if (!parallel_pays(p.flops())) {  // no OpenMP region at all: even an if(false) one costs ~0.4 us
-    for (std::int64_t t = 0; t < k_tiles; ++t) tiles_of(t);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t t = 0; t < k_tiles; ++t) tiles_of(t);
+  for_each_direct_tile(p.B, p.K, parallel_pays(p.flops()), [&](auto rows, std::int64_t b0, std::int64_t k0, int kt) {
+    direct_tile<In, Acc, decltype(rows)::value>(p, rows_buf, b0, k0, kt);
+  });
 }
 
 // The non-template entry points the driver calls (instantiating the templates in this region).
