@@ -242,11 +242,11 @@ TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
 
 // The AVX512-BF16 kernel's direct path (batches of up to 16 rows against a weight of 1 MB or
 // more, up to 4 rows otherwise): every tile of 1 to 4 rows, reductions with a scalar tail, every
-// layout of x.
+// layout of x (R = 1 with rows side by side: the gather's transposed path, 16 rows at a time).
 TEST(CpuForwardBf16Dot, ShortBatchesReadTheWeightInPlace) {
   if (!cpu::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16 on this processor";
   for (std::int64_t B : {1, 2, 3, 5, 7, 13, 16})
-    for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}})
+    for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}, Shape{1, B, 903, 700}})
       for (Layout layout : kLayouts) {
         if (shape.K == 33 && B > 4) continue;  // a small weight: the packed path
         const Case c{shape, DType::bfloat16, layout, true};

@@ -72,7 +72,7 @@ constexpr int kDotOutputs = 2 * kPanel;
 constexpr int kDotSlicePairs = 128;
 constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered slice (48 KB) stays in L2
 // Batches this short take the dot kernel's direct path (dot_direct): up to 4 rows always, up to
-// 16 where the weight is at least 1 MB. Against the packed path it took 0.16-0.63 of the time at
+// 16 where the weight is at least 1 MB (and A's gathered rows within kDirectRowsBytes). Against the packed path it took 0.16-0.63 of the time at
 // B = 1 to 4, 0.46-0.69 at B = 8 to 16 with weights of 2 to 32 MB, but 1.18 at B = 8 with a
 // 256 KB weight (packing a weight that stays in cache is cheap), and 0.81-1.43 at B = 24
 // (2-core Zen 4, docs/PERFORMANCE.md, "Short batches").
@@ -500,18 +500,10 @@ void dot_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
 // against 4 rows of A at a time (threads split the weight's rows).
 void dot_direct(const Problem& p) {
   if (p.B == 0 || p.K == 0) return;
-  const std::int64_t lda = std::max<std::int64_t>(p.RH, 1);
+  // An even row stride: gather_rows writes pairs of a transposed view as 32-bit words.
+  const int lda = static_cast<int>(round_up(std::max<std::int64_t>(p.RH, 1), 2));
   auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * lda) * sizeof(BFloat16)));
-  const auto* x = static_cast<const BFloat16*>(p.x);
-  for (std::int64_t b = 0; b < p.B; ++b)
-    for (std::int64_t r = 0; r < p.R; ++r) {
-      const BFloat16* src = x + b * p.x_stride_b + r * p.x_stride_r;
-      BFloat16* dst = rows + b * lda + r * p.H;
-      if (p.x_stride_h == 1)
-        std::memcpy(dst, src, static_cast<std::size_t>(p.H) * sizeof(BFloat16));
-      else
-        for (std::int64_t h = 0; h < p.H; ++h) dst[h] = src[h * p.x_stride_h];
-    }
+  gather_rows(p, 0, static_cast<int>(p.B), static_cast<int>(p.B), 0, static_cast<int>(p.RH), lda, rows);
   for_each_direct_tile(p.B, p.K, parallel_pays(p.flops()), [&](auto tile_rows, std::int64_t b0, std::int64_t k0,
                                                                 int kt) {
     dot_direct_tile<decltype(tile_rows)::value>(p, rows, lda, b0, k0, kt);
@@ -601,7 +593,8 @@ void run_bf16_dot(const Problem& p) {
   if (const std::string why = bf16_dot_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
   const bool large_weight = p.K * p.RH * std::int64_t{sizeof(BFloat16)} >= kDotLargeWeightBytes;
-  if (p.weight_stride_c == 1 && p.B <= (large_weight ? kDotDirectRowsLargeWeight : kDotDirectRows)) {
+  if (p.weight_stride_c == 1 && p.B <= (large_weight ? kDotDirectRowsLargeWeight : kDotDirectRows) &&
+      p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
     dot_direct(p);
     return;
   }

@@ -50,6 +50,10 @@ void for_each_block_task(std::int64_t B, std::int64_t row_block, std::int64_t ro
   }
 }
 
+// The direct paths gather A's rows whole (B * R*H elements) before reading the weight: at most
+// this many bytes of them (a longer reduction takes the packed path, whose buffers are bounded).
+constexpr std::int64_t kDirectRowsBytes = std::int64_t{16} << 20;
+
 // The direct paths' split (no packing: each weight row read once against a few rows of A):
 // tile(std::integral_constant<int, BT>{}, b0, k0, kt) for every tile of kt <= 4 weight rows from
 // k0 by BT <= 4 rows of A from b0; tiles of 4 weight rows go to the OpenMP threads where

@@ -92,7 +92,6 @@ thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
 // gathered rows of A (B * RH accumulators) are bounded by kDirectRowsBytes.
 constexpr double kDirectFlops = 4e6;
 constexpr std::int64_t kDirectRows = 16;
-constexpr std::int64_t kDirectRowsBytes = std::int64_t{16} << 20;
 
 template <class In>
 void run_engine(const Problem& p, const Engine& e, GemmPath path) {
