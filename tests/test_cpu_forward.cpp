@@ -212,7 +212,7 @@ TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
 // The AVX512-BF16 kernel: chosen for bfloat16 without AMX where x's slices run along a unit
 // stride in whole pairs or its rows sit side by side (else the engine), and refused by name
 // otherwise.
-TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
+TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOtherwise) {
   const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
   const auto chosen = [](const Case& c) {
     Operands o = make_operands(c, 3);
@@ -225,6 +225,18 @@ TEST(CpuForwardBf16Dot, ChosenWhereItsPackingIsFastAndRefusedOtherwise) {
     EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+  }
+  // Short batches read the weight in place on the dot kernel: up to 4 rows, or 16 against a weight
+  // of 1 MB or more (8 where AMX is there too); strided x is gathered once, so it does not matter.
+  if (cpu::bf16_dot_supported()) {
+    const bool amx = cpu::amx_bf16_supported();
+    const std::string packed = amx ? "cpu_amx_bf16" : "cpu_bf16_dot";
+    EXPECT_EQ(chosen({{8, 4, 64, 512}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen({{8, 8, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen({{8, 16, 64, 1024}, DType::bfloat16, Layout::head_major, false}),
+              amx ? "cpu_amx_bf16" : "cpu_bf16_dot");
+    EXPECT_EQ(chosen({{8, 17, 64, 1024}, DType::bfloat16, Layout::head_major, false}), packed);
+    EXPECT_EQ(chosen({{8, 5, 64, 512}, DType::bfloat16, Layout::contiguous, true}), packed);
   }
   EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
   Options options;

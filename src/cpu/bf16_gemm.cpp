@@ -78,6 +78,10 @@ constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered 
 // (2-core Zen 4, docs/PERFORMANCE.md, "Short batches").
 constexpr std::int64_t kDotDirectRows = 4, kDotDirectRowsLargeWeight = 16;
 constexpr std::int64_t kDotLargeWeightBytes = std::int64_t{1} << 20;
+// Where AMX is there too, the direct path beats it up to 8 rows: against AMX's time 0.14-0.59 at
+// B = 1 to 8 with a 32 MB weight and 0.18-0.96 at B = 1 to 4 with 128 KB to 2 MB, but 0.71-1.37 at
+// B = 12 to 16 (16-core Sapphire Rapids, docs/PERFORMANCE.md, "Short batches on AMX").
+constexpr std::int64_t kDotOverAmxRows = 8;
 
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
@@ -589,12 +593,19 @@ std::string bf16_dot_why_not(const Problem& p) {
   return {};
 }
 
+bool bf16_dot_reads_weight_in_place(const Problem& p) {
+  const bool large_weight = p.K * p.RH * std::int64_t{sizeof(BFloat16)} >= kDotLargeWeightBytes;
+  return p.dtype == DType::bfloat16 && p.weight_stride_c == 1 &&
+         p.B <= (large_weight ? kDotDirectRowsLargeWeight : kDotDirectRows) &&
+         p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes;
+}
+
+bool bf16_dot_beats_amx(const Problem& p) { return bf16_dot_reads_weight_in_place(p) && p.B <= kDotOverAmxRows; }
+
 void run_bf16_dot(const Problem& p) {
   if (const std::string why = bf16_dot_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
-  const bool large_weight = p.K * p.RH * std::int64_t{sizeof(BFloat16)} >= kDotLargeWeightBytes;
-  if (p.weight_stride_c == 1 && p.B <= (large_weight ? kDotDirectRowsLargeWeight : kDotDirectRows) &&
-      p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
+  if (bf16_dot_reads_weight_in_place(p)) {
     dot_direct(p);
     return;
   }

@@ -42,15 +42,18 @@ const KernelEntry kKernels[] = {
 std::span<const KernelEntry> kernels() { return kKernels; }
 
 // bfloat16: AMX where the processor has it (it won from the seed problem up, measured in
-// docs/PERFORMANCE.md); else AVX512-BF16 dot products where its packing has a fast path for both
-// operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
-// backward's grad_y^T), and the weight's rows, or its columns (the backward's transposed views),
-// along a unit stride; else the SIMD engine.
+// docs/PERFORMANCE.md), except for the shortest batches, where AVX512-BF16 dot products read the
+// weight once in place and AMX would pack it first. Without AMX, AVX512-BF16 dot products for short
+// batches (the weight in place, x gathered once) and where its packing has a fast path for both
+// operands: x's slices along a unit stride in whole pairs, or its rows side by side (the backward's
+// grad_y^T), and the weight's rows, or its columns (the backward's transposed views), along a unit
+// stride. Else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {
-  if (amx_bf16_why_not(p).empty()) return kKernels[0];
+  const bool dot = bf16_dot_why_not(p).empty();
+  if (amx_bf16_why_not(p).empty()) return dot && bf16_dot_beats_amx(p) ? kKernels[1] : kKernels[0];
   const bool x_packs_fast = (p.x_stride_h == 1 && p.H % 2 == 0) || p.x_stride_b == 1;
   const bool weight_packs_fast = p.weight_stride_c == 1 || p.weight_stride_k == 1;
-  if (bf16_dot_why_not(p).empty() && x_packs_fast && weight_packs_fast) return kKernels[1];
+  if (dot && (bf16_dot_reads_weight_in_place(p) || (x_packs_fast && weight_packs_fast))) return kKernels[1];
   return kKernels[2];
 }
 

@@ -35,6 +35,11 @@ void run_bf16_dot(const Problem& p);
 // Empty when run_bf16_dot can compute `p` (bfloat16, and a processor with AVX512-BF16).
 std::string bf16_dot_why_not(const Problem& p);
 bool bf16_dot_supported();
+// True where run_bf16_dot takes its direct path for `p`: a short batch against a weight with a unit
+// inner stride, each weight row read once in place rather than packed.
+bool bf16_dot_reads_weight_in_place(const Problem& p);
+// True where that direct path is also faster than AMX's packed one (measured where both exist).
+bool bf16_dot_beats_amx(const Problem& p);
 
 // Exact reference: y_ref[b*K + k] in double precision, single-threaded, from the definition.
 std::vector<double> reference_forward(const Problem& p);
