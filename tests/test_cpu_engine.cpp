@@ -69,9 +69,10 @@ TEST(CpuEngineAsan, Bf16KernelsStayInsideTheirBuffers) {
   for (const Kernel& kernel : kernels) {
     if (!kernel.supported) continue;
     for (int threads : {1, 3}) {
-      // the last two take the dot kernel's direct path (a short batch)
-      for (Shape shape : {Shape{2, 200, 1024, 2500}, Shape{3, 5, 501, 70}, Shape{4, 13, 32, 56}, Shape{3, 7, 301, 700},
-                          Shape{2, 3, 40, 33}}) {
+      // the last two take the dot kernel's direct path (a short batch), and all but the first two
+      // AMX's (the sanitizer sees its gathers, copies and stores, not its tile loads)
+      for (Shape shape : {Shape{2, 200, 1024, 2500}, Shape{3, 45, 67, 90}, Shape{3, 5, 501, 70}, Shape{4, 13, 32, 56},
+                          Shape{3, 7, 301, 700}, Shape{2, 3, 40, 33}}) {
         for (Layout layout : {Layout::head_major, Layout::strided, Layout::misaligned, Layout::b_unit}) {
           const Case c{shape, DType::bfloat16, layout, true};
           Operands o = make_operands(c, 5);

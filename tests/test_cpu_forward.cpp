@@ -226,17 +226,17 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
     EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
   }
-  // Short batches read the weight in place on the dot kernel: up to 4 rows, or 16 against a weight
-  // of 1 MB or more (8 where AMX is there too); strided x is gathered once, so it does not matter.
+  // Without AMX, short batches read the weight in place on the dot kernel: up to 4 rows, or 16
+  // against a weight of 1 MB or more; strided x is gathered once, so it does not matter there. AMX
+  // has a direct path of its own, and takes every bfloat16 problem but single rows against a
+  // weight of 1 MB or more.
   if (cpu::bf16_dot_supported()) {
-    const bool amx = cpu::amx_bf16_supported();
-    const std::string packed = amx ? "cpu_amx_bf16" : "cpu_bf16_dot";
-    EXPECT_EQ(chosen({{8, 4, 64, 512}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
-    EXPECT_EQ(chosen({{8, 8, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
-    EXPECT_EQ(chosen({{8, 16, 64, 1024}, DType::bfloat16, Layout::head_major, false}),
-              amx ? "cpu_amx_bf16" : "cpu_bf16_dot");
-    EXPECT_EQ(chosen({{8, 17, 64, 1024}, DType::bfloat16, Layout::head_major, false}), packed);
-    EXPECT_EQ(chosen({{8, 5, 64, 512}, DType::bfloat16, Layout::contiguous, true}), packed);
+    const std::string kernel = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_bf16_dot";
+    EXPECT_EQ(chosen({{8, 1, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen({{8, 1, 63, 1056}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen({{8, 1, 64, 512}, DType::bfloat16, Layout::strided, true}), kernel);
+    EXPECT_EQ(chosen({{8, 2, 64, 1024}, DType::bfloat16, Layout::strided, true}), kernel);
+    EXPECT_EQ(chosen({{8, 16, 64, 1024}, DType::bfloat16, Layout::strided, false}), kernel);
   }
   EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
   Options options;
@@ -252,23 +252,32 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
   EXPECT_EQ(first_unpoisoned(f.y), std::nullopt) << "y written";
 }
 
-// The AVX512-BF16 kernel's direct path (batches of up to 16 rows against a weight of 1 MB or
-// more, up to 4 rows otherwise): every tile of 1 to 4 rows, reductions with a scalar tail, every
-// layout of x (R = 1 with rows side by side: the gather's transposed path, 16 rows at a time).
-TEST(CpuForwardBf16Dot, ShortBatchesReadTheWeightInPlace) {
-  if (!cpu::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16 on this processor";
-  for (std::int64_t B : {1, 2, 3, 5, 7, 13, 16})
-    for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}, Shape{1, B, 903, 700}})
-      for (Layout layout : kLayouts) {
-        if (shape.K == 33 && B > 4) continue;  // a small weight: the packed path
-        const Case c{shape, DType::bfloat16, layout, true};
-        const double err = error_of(c, [](Operands& o) {
-          Options options;
-          options.kernel = "cpu_bf16_dot";
-          forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
-        });
-        expect_accurate(c, err, "cpu_bf16_dot");
-      }
+// The bfloat16 kernels' direct paths, which read the weight in place. The dot kernel's (batches of
+// up to 16 rows against a weight of 1 MB or more, up to 4 rows otherwise): every tile of 1 to 4
+// rows, reductions with a scalar tail. AMX's (up to 32 rows): one and two tiles of rows, full and
+// partial; 32-output blocks whose second half is full, partial or absent (K = 700, 33, 48); the
+// reduction whole steps only (R*H = 32) or with a partial last one. Every layout of x (R = 1 with
+// rows side by side: the gather's transposed path, 16 rows at a time).
+TEST(CpuForwardBf16, ShortBatchesReadTheWeightInPlace) {
+  const std::pair<const char*, bool> kernels[] = {{"cpu_bf16_dot", cpu::bf16_dot_supported()},
+                                                  {"cpu_amx_bf16", cpu::amx_bf16_supported()}};
+  if (!kernels[0].second && !kernels[1].second) GTEST_SKIP() << "neither AVX512-BF16 nor AMX-BF16 here";
+  for (const auto& [kernel, supported] : kernels) {
+    if (!supported) continue;
+    const bool amx = std::string_view(kernel) == "cpu_amx_bf16";
+    for (std::int64_t B : {1, 2, 3, 5, 7, 13, 16, 17, 31, 32})
+      for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}, Shape{1, B, 903, 700}, Shape{4, B, 8, 48}})
+        for (Layout layout : kLayouts) {
+          if (!amx && (B > 16 || (shape.K * shape.R * shape.H < 1 << 19 && B > 4))) continue;  // packed
+          const Case c{shape, DType::bfloat16, layout, true};
+          const double err = error_of(c, [&](Operands& o) {
+            Options options;
+            options.kernel = kernel;
+            forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
+          });
+          expect_accurate(c, err, kernel);
+        }
+  }
 }
 
 // The AVX512-BF16 kernel rounds y as the AMX kernel does (H = 2: one pair).

@@ -22,6 +22,11 @@
 // Rows, outputs and the reduction are padded with zeros: to multiples of 32 for AMX; to 12 rows,
 // 32 outputs and pairs for the dot products.
 //
+// Short batches, where packing the weight costs more than its reuse by B rows saves, read it in
+// place instead: on AMX up to 32 rows (amx_direct: y^T = W * A^T, the weight's rows as the tile
+// multiply's first operand), on AVX512-BF16 up to 4 or 16 rows (dot_direct: VDPBF16PS along the
+// reduction). A's few rows are gathered once.
+//
 // Both instructions treat subnormal inputs, and products below float32's normal range, as zeros
 // (the SIMD engine keeps them); the bias is added, and y rounded, outside them.
 //
@@ -63,6 +68,13 @@ constexpr int kSlice = 1024;
 constexpr int kLda = kSlice + 32;
 constexpr int kRowBlock = 128;  // rows of y per task
 
+// Batches of up to this many rows take AMX's direct path (amx_direct: the weight read in place, A
+// in two tiles' columns). Against the packed path, the weight rotated past the caches, it took
+// 0.30-0.48 of the time at B = 16 to 32 with a 32 MB weight, 0.49-0.96 with 512 KB and 2 MB
+// (medians over runs, eager PyTorch's time the yardstick; the GPU host's 16-core Xeon,
+// docs/PERFORMANCE.md, "Short batches on AMX").
+constexpr std::int64_t kAmxDirectRows = 2 * kTile;
+
 // AVX512-BF16 dot products: 12 rows x 32 outputs a micro-kernel call (24 accumulators, two
 // weight vectors and a broadcast pair of the 32 vector registers).
 constexpr int kDotRows = 12;
@@ -72,16 +84,15 @@ constexpr int kDotOutputs = 2 * kPanel;
 constexpr int kDotSlicePairs = 128;
 constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered slice (48 KB) stays in L2
 // Batches this short take the dot kernel's direct path (dot_direct): up to 4 rows always, up to
-// 16 where the weight is at least 1 MB (and A's gathered rows within kDirectRowsBytes). Against the packed path it took 0.16-0.63 of the time at
-// B = 1 to 4, 0.46-0.69 at B = 8 to 16 with weights of 2 to 32 MB, but 1.18 at B = 8 with a
-// 256 KB weight (packing a weight that stays in cache is cheap), and 0.81-1.43 at B = 24
-// (2-core Zen 4, docs/PERFORMANCE.md, "Short batches").
+// 16 where the weight is at least 1 MB (and A's gathered rows within kDirectRowsBytes). Against
+// the packed path it took 0.16-0.63 of the time at B = 1 to 4, 0.46-0.69 at B = 8 to 16 with
+// weights of 2 to 32 MB, but 1.18 at B = 8 with a 256 KB weight (packing a weight that stays in
+// cache is cheap), and 0.81-1.43 at B = 24 (2-core Zen 4, docs/PERFORMANCE.md, "Short batches").
 constexpr std::int64_t kDotDirectRows = 4, kDotDirectRowsLargeWeight = 16;
 constexpr std::int64_t kDotLargeWeightBytes = std::int64_t{1} << 20;
-// Where AMX is there too, the direct path beats it up to 8 rows: against AMX's time 0.14-0.59 at
-// B = 1 to 8 with a 32 MB weight and 0.18-0.96 at B = 1 to 4 with 128 KB to 2 MB, but 0.71-1.37 at
-// B = 12 to 16 (16-core Sapphire Rapids, docs/PERFORMANCE.md, "Short batches on AMX").
-constexpr std::int64_t kDotOverAmxRows = 8;
+// Where AMX is there too, a single row against such a weight still streams it faster here than
+// on AMX's direct path: 0.87 of its time at (32, 1, 128, 4096), eager PyTorch's the yardstick;
+// not so at 512 KB (the GPU host's Xeon, docs/PERFORMANCE.md, "Short batches on AMX").
 
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
@@ -154,6 +165,67 @@ void amx_micro_kernel(int depth, const BFloat16* a, std::int64_t lda, const BFlo
 }
 
 void release_tiles() { _tile_release(); }
+
+// AMX for short batches (amx_direct): the weight's rows are the multiply's first operand, read in
+// place, and A's rows, packed as a weight panel is, the second. One 32-deep step of a 32-output
+// block: c tiles 0-1 (outputs 0-15 against A's rows 0-15 and 16-31), 2-3 (outputs 16-31) +=
+// tile w0 (16 weight rows from w0, row stride s0 bytes) and w1 (if `two`) times A's Panels
+// panels (16 pair rows of 16 rows of A each).
+template <int Panels>
+void amx_direct_step(const BFloat16* w0, std::int64_t s0, const BFloat16* w1, std::int64_t s1, bool two,
+                     const BFloat16* a0, const BFloat16* a1) {
+  _tile_loadd(6, a0, 64);
+  if constexpr (Panels == 2) _tile_loadd(7, a1, 64);
+  _tile_loadd(4, w0, s0);
+  _tile_dpbf16ps(0, 4, 6);
+  if constexpr (Panels == 2) _tile_dpbf16ps(1, 4, 7);
+  if (two) {
+    _tile_loadd(5, w1, s1);
+    _tile_dpbf16ps(2, 5, 6);
+    if constexpr (Panels == 2) _tile_dpbf16ps(3, 5, 7);
+  }
+}
+
+// Where one 16-output half of amx_direct's block reads the weight: `src` for the steps in
+// [0, main_depth), `tail` for the last, partial one (row strides in bytes).
+struct WeightTile {
+  const BFloat16* src;
+  std::int64_t stride;
+  const BFloat16* tail;
+  std::int64_t tail_stride;
+};
+
+// c (32 outputs x 32 rows of A, float32, row stride 32) = w[0] and w[1] (if `two`) times A's
+// panels over the reduction [0, depth): whole steps up to main_depth, then one step from the
+// tails where depth is longer.
+template <int Panels>
+void amx_direct_block(const WeightTile (&w)[2], bool two, std::int64_t main_depth, std::int64_t depth,
+                      const BFloat16* a_panels, std::int64_t panel_elements, float* c) {
+  const BFloat16* a1 = a_panels + panel_elements;
+  asm volatile("" ::: "memory");  // see amx_micro_kernel
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (std::int64_t step = 0; step < main_depth; step += kStep) {
+    for (int t = 0; t < (two ? 2 : 1); ++t)
+      for (int i = 0; i < kTile; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(w[t].src + step + 8 * kStep) + i * w[t].stride, _MM_HINT_T0);
+    amx_direct_step<Panels>(w[0].src + step, w[0].stride, w[1].src + step, w[1].stride, two,
+                            a_panels + step * kTile, a1 + step * kTile);
+  }
+  if (main_depth < depth)
+    amx_direct_step<Panels>(w[0].tail, w[0].tail_stride, w[1].tail, w[1].tail_stride, two,
+                            a_panels + main_depth * kTile, a1 + main_depth * kTile);
+  constexpr std::int64_t kStride = kBlock * sizeof(float);
+  _tile_stored(0, c, kStride);
+  if constexpr (Panels == 2) _tile_stored(1, c + kTile, kStride);
+  if (two) {
+    _tile_stored(2, c + kTile * kBlock, kStride);
+    if constexpr (Panels == 2) _tile_stored(3, c + kTile * kBlock + kTile, kStride);
+  }
+  asm volatile("" ::: "memory");
+}
 
 #pragma GCC pop_options
 
@@ -429,7 +501,7 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
 }
 
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
-thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
+thread_local Scratch packed_weight_scratch, a_scratch, c_scratch, tile_copy_scratch;
 
 // y[b0 .. b0 + rows, k0 .. k0 + outputs) = c's rows (row stride ldc) + bias, rounded once.
 void store_rows(const Problem& p, const float* c, std::int64_t ldc, std::int64_t b0, int rows, std::int64_t k0,
@@ -475,6 +547,76 @@ void amx_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
 }
 
 // AVX512-BF16: the same block, with 12-row panels of pairs of A against 32 outputs at a time.
+// AMX for short batches: y^T = W * A^T, so that the weight's rows are the tile multiply's first
+// operand, loaded in place (16 outputs x 32 reduction indices a tile, at the weight's row stride),
+// and A's few rows the second: gathered once, then packed into panels of 16 rows as the weight is
+// for the packed path (pack_weight_panel over A). The weight is read once, unpacked; threads split
+// its rows in blocks of 32 outputs. Where a tile would reach past the weight (its last rows, or the
+// reduction's last partial step) it reads a zero-padded copy instead.
+void amx_direct(const Problem& p) {
+  if (p.B == 0 || p.K == 0) return;
+  const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
+  const std::int64_t main_depth = p.RH / kStep * kStep;
+  const int panels = static_cast<int>(ceil_div(p.B, kTile));
+  auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * depth) * sizeof(BFloat16)));
+  gather_rows(p, 0, static_cast<int>(p.B), static_cast<int>(p.B), 0, static_cast<int>(depth), static_cast<int>(depth),
+              rows);
+  Problem rows_as_weight = p;
+  rows_as_weight.weight = rows;
+  rows_as_weight.K = p.B;
+  rows_as_weight.weight_stride_k = depth;
+  rows_as_weight.weight_stride_c = 1;
+  const std::int64_t panel_elements = depth * kPanel;
+  auto* a_panels = static_cast<BFloat16*>(
+      packed_weight_scratch.bytes(static_cast<std::size_t>(panels * panel_elements) * sizeof(BFloat16)));
+  for (int q = 0; q < panels; ++q) pack_weight_panel(rows_as_weight, q * kPanel, depth, a_panels + q * panel_elements);
+
+  const auto* weight = static_cast<const BFloat16*>(p.weight);
+  const std::int64_t row_bytes = p.weight_stride_k * static_cast<std::int64_t>(sizeof(BFloat16));
+  const std::int64_t blocks = ceil_div(p.K, kBlock);
+#pragma omp parallel for if (parallel_pays(p.flops())) schedule(static)
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const std::int64_t k0 = block * kBlock;
+    const int outputs = static_cast<int>(std::min<std::int64_t>(kBlock, p.K - k0));
+    const bool two = outputs > kTile;
+    alignas(64) BFloat16 tails[2][kTile * kStep];
+    WeightTile w[2];
+    for (int t = 0; t < (two ? 2 : 1); ++t) {
+      const BFloat16* first = weight + (k0 + t * kTile) * p.weight_stride_k;
+      const int valid = std::min(kTile, outputs - t * kTile);
+      if (valid < kTile) {  // the weight's last rows: the whole reduction, copied and padded
+        auto* copy = static_cast<BFloat16*>(tile_copy_scratch.bytes(kTile * depth * sizeof(BFloat16)));
+        for (int i = 0; i < kTile; ++i) {
+          const std::int64_t real = i < valid ? p.RH : 0;
+          std::memcpy(copy + i * depth, first + i * p.weight_stride_k, real * sizeof(BFloat16));
+          std::memset(copy + i * depth + real, 0, (depth - real) * sizeof(BFloat16));
+        }
+        const std::int64_t stride = depth * static_cast<std::int64_t>(sizeof(BFloat16));
+        w[t] = {copy, stride, copy + main_depth, stride};
+        continue;
+      }
+      const std::int64_t rest = p.RH - main_depth;  // the last, partial step, padded
+      for (int i = 0; main_depth < depth && i < kTile; ++i) {
+        std::memcpy(tails[t] + i * kStep, first + i * p.weight_stride_k + main_depth, rest * sizeof(BFloat16));
+        std::memset(tails[t] + i * kStep + rest, 0, (kStep - rest) * sizeof(BFloat16));
+      }
+      w[t] = {first, row_bytes, tails[t], kStep * static_cast<std::int64_t>(sizeof(BFloat16))};
+    }
+    if (!two) w[1] = w[0];
+    alignas(64) float c[kBlock * kBlock];
+    configure_tiles();
+    if (panels == 1)
+      amx_direct_block<1>(w, two, main_depth, depth, a_panels, panel_elements, c);
+    else
+      amx_direct_block<2>(w, two, main_depth, depth, a_panels, panel_elements, c);
+    release_tiles();
+    alignas(64) float by_rows[kBlock * kBlock];  // c transposed: rows of y
+    for (int i = 0; i < p.B; ++i)
+      for (int j = 0; j < outputs; ++j) by_rows[i * kBlock + j] = c[j * kBlock + i];
+    store_rows(p, by_rows, kBlock, 0, static_cast<int>(p.B), k0, outputs);
+  }
+}
+
 void dot_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_block0, std::int64_t depth,
                        std::int64_t b0, int rows, std::int64_t k0, int outputs) {
   const int padded_rows = static_cast<int>(round_up(rows, kDotRows));
@@ -572,6 +714,11 @@ std::string amx_bf16_why_not(const Problem& p) {
 void run_amx_bf16(const Problem& p) {
   if (const std::string why = amx_bf16_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  if (p.weight_stride_c == 1 && p.B <= kAmxDirectRows &&
+      p.B * round_up(std::max<std::int64_t>(p.RH, 1), kStep) * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
+    amx_direct(p);
+    return;
+  }
   run_blocked(p, round_up(std::max<std::int64_t>(p.RH, 1), kStep), kRowBlock, kBlock, amx_compute_block);
 #endif
 }
@@ -600,7 +747,10 @@ bool bf16_dot_reads_weight_in_place(const Problem& p) {
          p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes;
 }
 
-bool bf16_dot_beats_amx(const Problem& p) { return bf16_dot_reads_weight_in_place(p) && p.B <= kDotOverAmxRows; }
+bool bf16_dot_beats_amx(const Problem& p) {
+  return bf16_dot_reads_weight_in_place(p) && p.B == 1 &&
+         p.K * p.RH * std::int64_t{sizeof(BFloat16)} >= kDotLargeWeightBytes;
+}
 
 void run_bf16_dot(const Problem& p) {
   if (const std::string why = bf16_dot_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);

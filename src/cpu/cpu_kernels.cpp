@@ -41,13 +41,13 @@ const KernelEntry kKernels[] = {
 
 std::span<const KernelEntry> kernels() { return kKernels; }
 
-// bfloat16: AMX where the processor has it (it won from the seed problem up, measured in
-// docs/PERFORMANCE.md), except for the shortest batches, where AVX512-BF16 dot products read the
-// weight once in place and AMX would pack it first. Without AMX, AVX512-BF16 dot products for short
-// batches (the weight in place, x gathered once) and where its packing has a fast path for both
-// operands: x's slices along a unit stride in whole pairs, or its rows side by side (the backward's
-// grad_y^T), and the weight's rows, or its columns (the backward's transposed views), along a unit
-// stride. Else the SIMD engine.
+// bfloat16: AMX where the processor has it (it won from the seed problem up, and reads the weight
+// in place for short batches; measured in docs/PERFORMANCE.md), but where a single row streams a
+// large weight, AVX512-BF16 dot products (bf16_dot_beats_amx). Else AVX512-BF16 dot products for
+// short batches (the weight in place, x gathered once) and where its packing has a fast path for
+// both operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
+// backward's grad_y^T), and the weight's rows, or its columns (the backward's transposed views),
+// along a unit stride. Else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {
   const bool dot = bf16_dot_why_not(p).empty();
   if (amx_bf16_why_not(p).empty()) return dot && bf16_dot_beats_amx(p) ? kKernels[1] : kKernels[0];

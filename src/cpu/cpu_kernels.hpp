@@ -38,7 +38,8 @@ bool bf16_dot_supported();
 // True where run_bf16_dot takes its direct path for `p`: a short batch against a weight with a unit
 // inner stride, each weight row read once in place rather than packed.
 bool bf16_dot_reads_weight_in_place(const Problem& p);
-// True where that direct path is also faster than AMX's packed one (measured where both exist).
+// True where that direct path also beats AMX's (measured where both exist): a single row against a
+// weight of 1 MB or more.
 bool bf16_dot_beats_amx(const Problem& p);
 
 // Exact reference: y_ref[b*K + k] in double precision, single-threaded, from the definition.
