@@ -26,11 +26,12 @@ using namespace gather_linear::testing;
 
 // Each run on a thread of its own: the engine's scratch buffers belong to the calling thread and
 // only grow, so one left larger by an earlier run would hide an overrun from the sanitizer. The
-// direct path's tiles of 4 weight rows by 4, 3, 2 or 1 rows of A, with reduction tails, too.
+// direct path's tiles of 4 weight rows by 4, 3, 2 or 1 rows of A, with reduction tails, too (and
+// a single row against a weight of over 1 MB: few flops, but threads for its bytes).
 TEST(CpuEngineAsan, EnginePathsStayInsideTheirBuffers) {
   for (int threads : {1, 2, 3, 4, 7}) {
-    for (Shape shape :
-         {Shape{12, 8, 128, 1024}, Shape{4, 300, 512, 700}, Shape{3, 5, 1000, 1500}, Shape{3, 7, 33, 70}}) {
+    for (Shape shape : {Shape{12, 8, 128, 1024}, Shape{4, 300, 512, 700}, Shape{3, 5, 1000, 1500}, Shape{3, 7, 33, 70},
+                        Shape{2, 1, 300, 500}}) {
       for (DType dtype : {DType::float32, DType::float64}) {
         for (Layout layout : {Layout::head_major, Layout::strided, Layout::b_unit}) {
           for (auto path : {cpu::GemmPath::packed, cpu::GemmPath::direct}) {
@@ -69,10 +70,11 @@ TEST(CpuEngineAsan, Bf16KernelsStayInsideTheirBuffers) {
   for (const Kernel& kernel : kernels) {
     if (!kernel.supported) continue;
     for (int threads : {1, 3}) {
-      // the last two take the dot kernel's direct path (a short batch), and all but the first two
-      // AMX's (the sanitizer sees its gathers, copies and stores, not its tile loads)
+      // the last three take the dot kernel's direct path (a short batch; the last on threads for
+      // its weight's bytes alone), and all but the first two AMX's (the sanitizer sees its
+      // gathers, copies and stores, not its tile loads)
       for (Shape shape : {Shape{2, 200, 1024, 2500}, Shape{3, 45, 67, 90}, Shape{3, 5, 501, 70}, Shape{4, 13, 32, 56},
-                          Shape{3, 7, 301, 700}, Shape{2, 3, 40, 33}}) {
+                          Shape{3, 7, 301, 700}, Shape{2, 3, 40, 33}, Shape{3, 1, 301, 700}}) {
         for (Layout layout : {Layout::head_major, Layout::strided, Layout::misaligned, Layout::b_unit}) {
           const Case c{shape, DType::bfloat16, layout, true};
           Operands o = make_operands(c, 5);

@@ -574,7 +574,8 @@ void amx_direct(const Problem& p) {
   const auto* weight = static_cast<const BFloat16*>(p.weight);
   const std::int64_t row_bytes = p.weight_stride_k * static_cast<std::int64_t>(sizeof(BFloat16));
   const std::int64_t blocks = ceil_div(p.K, kBlock);
-#pragma omp parallel for if (parallel_pays(p.flops())) schedule(static)
+#pragma omp parallel for if (direct_parallel_pays(p.flops(), p.K * p.RH * std::int64_t{sizeof(BFloat16)})) \
+    schedule(static)
   for (std::int64_t block = 0; block < blocks; ++block) {
     const std::int64_t k0 = block * kBlock;
     const int outputs = static_cast<int>(std::min<std::int64_t>(kBlock, p.K - k0));
@@ -650,8 +651,8 @@ void dot_direct(const Problem& p) {
   const int lda = static_cast<int>(round_up(std::max<std::int64_t>(p.RH, 1), 2));
   auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * lda) * sizeof(BFloat16)));
   gather_rows(p, 0, static_cast<int>(p.B), static_cast<int>(p.B), 0, static_cast<int>(p.RH), lda, rows);
-  for_each_direct_tile(p.B, p.K, parallel_pays(p.flops()), [&](auto tile_rows, std::int64_t b0, std::int64_t k0,
-                                                                int kt) {
+  const bool parallel = direct_parallel_pays(p.flops(), p.K * p.RH * std::int64_t{sizeof(BFloat16)});
+  for_each_direct_tile(p.B, p.K, parallel, [&](auto tile_rows, std::int64_t b0, std::int64_t k0, int kt) {
     dot_direct_tile<decltype(tile_rows)::value>(p, rows, lda, b0, k0, kt);
   });
 }

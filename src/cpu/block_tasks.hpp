@@ -16,6 +16,12 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1
 // Below this much work the OpenMP fork/join costs more than it saves: one thread runs the call.
 constexpr double kParallelFlops = 4e6;
 inline bool parallel_pays(double flops) { return omp_get_max_threads() > 1 && flops > kParallelFlops; }
+// The direct paths stream the weight once from memory, which one core cannot do at the socket's
+// bandwidth: threads pay from this many bytes of it, however few the flops.
+constexpr std::int64_t kParallelWeightBytes = std::int64_t{1} << 20;
+inline bool direct_parallel_pays(double flops, std::int64_t weight_bytes) {
+  return parallel_pays(flops) || (omp_get_max_threads() > 1 && weight_bytes >= kParallelWeightBytes);
+}
 // A packed weight block this large keeps one reduction slice of it in L2/L3 while row blocks
 // stream.
 constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;

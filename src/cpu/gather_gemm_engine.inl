@@ -365,7 +365,8 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
       }
     return;
   }
-  for_each_direct_tile(p.B, p.K, parallel_pays(p.flops()), [&](auto rows, std::int64_t b0, std::int64_t k0, int kt) {
+  const bool parallel = direct_parallel_pays(p.flops(), p.K * p.RH * std::int64_t{sizeof(In)});
+  for_each_direct_tile(p.B, p.K, parallel, [&](auto rows, std::int64_t b0, std::int64_t k0, int kt) {
     direct_tile<In, Acc, decltype(rows)::value>(p, rows_buf, b0, k0, kt);
   });
 }
