@@ -588,8 +588,8 @@ void amx_direct(const Problem& p) {
       if (valid < kTile) {  // the weight's last rows: the whole reduction, copied and padded
         auto* copy = static_cast<BFloat16*>(tile_copy_scratch.bytes(kTile * depth * sizeof(BFloat16)));
         for (int i = 0; i < kTile; ++i) {
-          const std::int64_t real = i < valid ? p.RH : 0;
-          std::memcpy(copy + i * depth, first + i * p.weight_stride_k, real * sizeof(BFloat16));
+          const std::int64_t real = i < valid ? p.RH : 0;  // rows past K: zeros, nothing read
+          if (real > 0) std::memcpy(copy + i * depth, first + i * p.weight_stride_k, real * sizeof(BFloat16));
           std::memset(copy + i * depth + real, 0, (depth - real) * sizeof(BFloat16));
         }
         const std::int64_t stride = depth * static_cast<std::int64_t>(sizeof(BFloat16));
