@@ -42,13 +42,16 @@ double error_of(const Case& c, Run run) {
   return relative_error(o.y, cpu::reference_forward(p), c.shape.B, c.shape.K);
 }
 
-double baseline_error(const Case& c) {
-  return error_of(c, [](Operands& o) {
+// error_of a forward() with options.kernel set ("auto": the dispatcher's choice).
+double error_with_kernel(const Case& c, const char* kernel) {
+  return error_of(c, [&](Operands& o) {
     Options options;
-    options.kernel = "cpu_unfused_blas";
+    options.kernel = kernel;
     forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
   });
 }
+
+double baseline_error(const Case& c) { return error_with_kernel(c, "cpu_unfused_blas"); }
 
 // float32/float64: the reference's accuracy. float16/bfloat16: within 2x the unfused baseline's
 // own error plus one unit of output rounding (both round the same float32 sums).
@@ -89,12 +92,7 @@ TEST_P(CpuForwardSweep, DispatchedAndForcedKernels) {
     // CpuForwardAmx and CpuForwardBf16Dot test their refusals
     if (kernel == std::string_view("cpu_amx_bf16") && !amx) continue;
     if (kernel == std::string_view("cpu_bf16_dot") && !dot) continue;
-    const double err = error_of(c, [&](Operands& o) {
-      Options options;
-      options.kernel = kernel;
-      forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
-    });
-    expect_accurate(c, err, kernel);
+    expect_accurate(c, error_with_kernel(c, kernel), kernel);
   }
 }
 
@@ -110,12 +108,7 @@ TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
         if (kernel == std::string_view("cpu_bf16_dot") && (dtype != DType::bfloat16 || !cpu::bf16_dot_supported()))
           continue;
         const Case c{shape, dtype, Layout::head_major, true};
-        const double err = error_of(c, [&](Operands& o) {
-          Options options;
-          options.kernel = kernel;
-          forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
-        });
-        expect_accurate(c, err, kernel);
+        expect_accurate(c, error_with_kernel(c, kernel), kernel);
       }
 }
 
@@ -270,12 +263,7 @@ TEST(CpuForwardBf16, ShortBatchesReadTheWeightInPlace) {
         for (Layout layout : kLayouts) {
           if (!amx && (B > 16 || (shape.K * shape.R * shape.H < 1 << 19 && B > 4))) continue;  // packed
           const Case c{shape, DType::bfloat16, layout, true};
-          const double err = error_of(c, [&](Operands& o) {
-            Options options;
-            options.kernel = kernel;
-            forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
-          });
-          expect_accurate(c, err, kernel);
+          expect_accurate(c, error_with_kernel(c, kernel), kernel);
         }
   }
 }

@@ -95,6 +95,7 @@ constexpr std::int64_t kDotLargeWeightBytes = std::int64_t{1} << 20;
 // not so at 512 KB (the GPU host's Xeon, docs/PERFORMANCE.md, "Short batches on AMX").
 
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
+std::int64_t weight_bytes(const Problem& p) { return p.K * p.RH * std::int64_t{sizeof(BFloat16)}; }
 
 // GCC 11 brought the AMX intrinsics (inline assembly: binutils 2.36 or later assembles it), and
 // has AVX512-BF16's.
@@ -574,8 +575,7 @@ void amx_direct(const Problem& p) {
   const auto* weight = static_cast<const BFloat16*>(p.weight);
   const std::int64_t row_bytes = p.weight_stride_k * static_cast<std::int64_t>(sizeof(BFloat16));
   const std::int64_t blocks = ceil_div(p.K, kBlock);
-#pragma omp parallel for if (direct_parallel_pays(p.flops(), p.K * p.RH * std::int64_t{sizeof(BFloat16)})) \
-    schedule(static)
+#pragma omp parallel for if (direct_parallel_pays(p.flops(), weight_bytes(p))) schedule(static)
   for (std::int64_t block = 0; block < blocks; ++block) {
     const std::int64_t k0 = block * kBlock;
     const int outputs = static_cast<int>(std::min<std::int64_t>(kBlock, p.K - k0));
@@ -651,7 +651,7 @@ void dot_direct(const Problem& p) {
   const int lda = static_cast<int>(round_up(std::max<std::int64_t>(p.RH, 1), 2));
   auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * lda) * sizeof(BFloat16)));
   gather_rows(p, 0, static_cast<int>(p.B), static_cast<int>(p.B), 0, static_cast<int>(p.RH), lda, rows);
-  const bool parallel = direct_parallel_pays(p.flops(), p.K * p.RH * std::int64_t{sizeof(BFloat16)});
+  const bool parallel = direct_parallel_pays(p.flops(), weight_bytes(p));
   for_each_direct_tile(p.B, p.K, parallel, [&](auto tile_rows, std::int64_t b0, std::int64_t k0, int kt) {
     dot_direct_tile<decltype(tile_rows)::value>(p, rows, lda, b0, k0, kt);
   });
@@ -715,12 +715,13 @@ std::string amx_bf16_why_not(const Problem& p) {
 void run_amx_bf16(const Problem& p) {
   if (const std::string why = amx_bf16_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
   if (p.weight_stride_c == 1 && p.B <= kAmxDirectRows &&
-      p.B * round_up(std::max<std::int64_t>(p.RH, 1), kStep) * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
+      p.B * depth * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
     amx_direct(p);
     return;
   }
-  run_blocked(p, round_up(std::max<std::int64_t>(p.RH, 1), kStep), kRowBlock, kBlock, amx_compute_block);
+  run_blocked(p, depth, kRowBlock, kBlock, amx_compute_block);
 #endif
 }
 
@@ -742,15 +743,14 @@ std::string bf16_dot_why_not(const Problem& p) {
 }
 
 bool bf16_dot_reads_weight_in_place(const Problem& p) {
-  const bool large_weight = p.K * p.RH * std::int64_t{sizeof(BFloat16)} >= kDotLargeWeightBytes;
+  const bool large_weight = weight_bytes(p) >= kDotLargeWeightBytes;
   return p.dtype == DType::bfloat16 && p.weight_stride_c == 1 &&
          p.B <= (large_weight ? kDotDirectRowsLargeWeight : kDotDirectRows) &&
          p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes;
 }
 
 bool bf16_dot_beats_amx(const Problem& p) {
-  return bf16_dot_reads_weight_in_place(p) && p.B == 1 &&
-         p.K * p.RH * std::int64_t{sizeof(BFloat16)} >= kDotLargeWeightBytes;
+  return bf16_dot_reads_weight_in_place(p) && p.B == 1 && weight_bytes(p) >= kDotLargeWeightBytes;
 }
 
 void run_bf16_dot(const Problem& p) {
