@@ -100,10 +100,11 @@ INSTANTIATE_TEST_SUITE_P(Sweep, CpuForwardSweep, ::testing::ValuesIn(all_cases(k
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // Large enough for several packed weight blocks (> 4 MB), many row blocks and all threads; the
-// last shape gives the bfloat16 kernels two weight blocks and tasks of 1024 outputs.
+// last shape gives the bfloat16 kernels two weight blocks and tasks of 1024 outputs (300 rows:
+// more than AMX's direct path takes against its 10 MB weight).
 TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
   for (DType dtype : {DType::float32, DType::bfloat16})
-    for (Shape shape : {Shape{4, 300, 512, 700}, Shape{2, 200, 1024, 2500}})
+    for (Shape shape : {Shape{4, 300, 512, 700}, Shape{2, 300, 1024, 2500}})
       for (const char* kernel : {"auto", "cpu_bf16_dot"}) {
         if (kernel == std::string_view("cpu_bf16_dot") && (dtype != DType::bfloat16 || !cpu::bf16_dot_supported()))
           continue;
@@ -247,10 +248,13 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
 
 // The bfloat16 kernels' direct paths, which read the weight in place. The dot kernel's (batches of
 // up to 16 rows against a weight of 1 MB or more, up to 4 rows otherwise): every tile of 1 to 4
-// rows, reductions with a scalar tail. AMX's (up to 32 rows): one and two tiles of rows, full and
-// partial; 32-output blocks whose second half is full, partial or absent (K = 700, 33, 48); the
-// reduction whole steps only (R*H = 32) or with a partial last one. Every layout of x (R = 1 with
-// rows side by side: the gather's transposed path, 16 rows at a time).
+// rows, reductions with a scalar tail. AMX's (up to 64 rows against these weights): one and two
+// tiles of rows, full and partial, in one or two 32-row chunks; 32-output blocks whose second half
+// is full, partial or absent (K = 700, 33, 48); the reduction whole steps only (R*H = 32) or with
+// a partial last one; two blocks whose chunks go to different threads (K = 48, R*H = 2048, where
+// the work is enough for threads). Every layout of x (R = 1 with rows side by side: the gather's
+// transposed path, 16 rows at a time). Longer batches against an 8.5 MB weight: up to 8 chunks,
+// the last partial.
 TEST(CpuForwardBf16, ShortBatchesReadTheWeightInPlace) {
   const std::pair<const char*, bool> kernels[] = {{"cpu_bf16_dot", cpu::bf16_dot_supported()},
                                                   {"cpu_amx_bf16", cpu::amx_bf16_supported()}};
@@ -258,11 +262,18 @@ TEST(CpuForwardBf16, ShortBatchesReadTheWeightInPlace) {
   for (const auto& [kernel, supported] : kernels) {
     if (!supported) continue;
     const bool amx = std::string_view(kernel) == "cpu_amx_bf16";
-    for (std::int64_t B : {1, 2, 3, 5, 7, 13, 16, 17, 31, 32})
-      for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}, Shape{1, B, 903, 700}, Shape{4, B, 8, 48}})
+    for (std::int64_t B : {1, 2, 3, 5, 7, 13, 16, 17, 31, 32, 33, 48, 64})
+      for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}, Shape{1, B, 903, 700}, Shape{4, B, 8, 48},
+                          Shape{2, B, 1024, 48}})
         for (Layout layout : kLayouts) {
           if (!amx && (B > 16 || (shape.K * shape.R * shape.H < 1 << 19 && B > 4))) continue;  // packed
           const Case c{shape, DType::bfloat16, layout, true};
+          expect_accurate(c, error_with_kernel(c, kernel), kernel);
+        }
+    if (amx)
+      for (std::int64_t B : {65, 100, 256})
+        for (Layout layout : kLayouts) {
+          const Case c{{1, B, 4096, 1040}, DType::bfloat16, layout, true};
           expect_accurate(c, error_with_kernel(c, kernel), kernel);
         }
   }

@@ -22,10 +22,10 @@
 // Rows, outputs and the reduction are padded with zeros: to multiples of 32 for AMX; to 12 rows,
 // 32 outputs and pairs for the dot products.
 //
-// Short batches, where packing the weight costs more than its reuse by B rows saves, read it in
-// place instead: on AMX up to 32 rows (amx_direct: y^T = W * A^T, the weight's rows as the tile
-// multiply's first operand), on AVX512-BF16 up to 4 or 16 rows (dot_direct: VDPBF16PS along the
-// reduction). A's few rows are gathered once.
+// Batches where packing the weight costs more than its reuse by B rows saves read it in place
+// instead: on AMX up to 64 rows, and up to 256 or 512 against weights of 8 or 32 MB (amx_direct:
+// y^T = W * A^T, the weight's rows as the tile multiply's first operand), on AVX512-BF16 up to 4
+// or 16 rows (dot_direct: VDPBF16PS along the reduction). A's rows are gathered once.
 //
 // Both instructions treat subnormal inputs, and products below float32's normal range, as zeros
 // (the SIMD engine keeps them); the bias is added, and y rounded, outside them.
@@ -68,12 +68,19 @@ constexpr int kSlice = 1024;
 constexpr int kLda = kSlice + 32;
 constexpr int kRowBlock = 128;  // rows of y per task
 
-// Batches of up to this many rows take AMX's direct path (amx_direct: the weight read in place, A
-// in two tiles' columns). Against the packed path, the weight rotated past the caches, it took
-// 0.30-0.48 of the time at B = 16 to 32 with a 32 MB weight, 0.49-0.96 with 512 KB and 2 MB
-// (medians over runs, eager PyTorch's time the yardstick; the GPU host's 16-core Xeon,
-// docs/PERFORMANCE.md, "Short batches on AMX").
-constexpr std::int64_t kAmxDirectRows = 2 * kTile;
+// Batches take AMX's direct path (amx_direct: the weight read in place) up to a number of rows
+// that grows with the weight: the packed path's cost is packing it, which its reuse by the rows
+// repays only at larger batches the larger it is. Against the packed path, the weight rotated past
+// the caches, the direct path took 0.40-0.79 of the time at B = 48 to 128 and 0.61-0.96 at 192 to
+// 512 with a 32 MB weight (0.46-0.71 at 64 to 256 with 64 MB); 0.53-0.87 at 48 to 128 and
+// 0.87-1.03 at 192 to 256 with 8 MB; 0.70-0.94 at 48 to 64 with 2 MB, but 0.85-1.09 at 96 to 128
+// and 1.02-1.26 at 192 to 256; 0.63-1.06 at 48 to 64 with 512 KB (eager PyTorch's time the
+// yardstick in each run, two to six runs a point; the GPU host's 16-core Xeon, docs/PERFORMANCE.md,
+// "Longer batches on AMX's direct path").
+struct DirectRowsForWeight {
+  std::int64_t weight_bytes, rows;
+};
+constexpr DirectRowsForWeight kAmxDirectRows[] = {{0, 64}, {std::int64_t{8} << 20, 256}, {std::int64_t{32} << 20, 512}};
 
 // AVX512-BF16 dot products: 12 rows x 32 outputs a micro-kernel call (24 accumulators, two
 // weight vectors and a broadcast pair of the 32 vector registers).
@@ -167,7 +174,7 @@ void amx_micro_kernel(int depth, const BFloat16* a, std::int64_t lda, const BFlo
 
 void release_tiles() { _tile_release(); }
 
-// AMX for short batches (amx_direct): the weight's rows are the multiply's first operand, read in
+// AMX's direct path (amx_direct): the weight's rows are the multiply's first operand, read in
 // place, and A's rows, packed as a weight panel is, the second. One 32-deep step of a 32-output
 // block: c tiles 0-1 (outputs 0-15 against A's rows 0-15 and 16-31), 2-3 (outputs 16-31) +=
 // tile w0 (16 weight rows from w0, row stride s0 bytes) and w1 (if `two`) times A's Panels
@@ -547,36 +554,52 @@ void amx_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
   store_rows(p, c, padded_outputs, b0, rows, k0, outputs);
 }
 
-// AVX512-BF16: the same block, with 12-row panels of pairs of A against 32 outputs at a time.
-// AMX for short batches: y^T = W * A^T, so that the weight's rows are the tile multiply's first
-// operand, loaded in place (16 outputs x 32 reduction indices a tile, at the weight's row stride),
-// and A's few rows the second: gathered once, then packed into panels of 16 rows as the weight is
-// for the packed path (pack_weight_panel over A). The weight is read once, unpacked; threads split
-// its rows in blocks of 32 outputs. Where a tile would reach past the weight (its last rows, or the
-// reduction's last partial step) it reads a zero-padded copy instead.
+// The most rows AMX's direct path takes against a weight of this size (kAmxDirectRows).
+std::int64_t amx_direct_rows(std::int64_t weight_bytes) {
+  std::int64_t rows = 0;
+  for (const auto& tier : kAmxDirectRows)
+    if (weight_bytes >= tier.weight_bytes) rows = tier.rows;
+  return rows;
+}
+
+// AMX's direct path, for short and middling batches: y^T = W * A^T, so that the weight's rows are
+// the tile multiply's first operand, loaded in place (16 outputs x 32 reduction indices a tile, at
+// the weight's row stride), and A's rows the second: gathered once, then packed into panels of 16
+// rows as the weight is for the packed path (pack_weight_panel over A). Threads split the weight's
+// rows in blocks of 32 outputs; each block is read from memory once and multiplied by A's rows 32
+// at a time (its 256 KB at R*H = 4096 stay in L2 between them), unless the blocks are too few for
+// the threads, which then split A's rows too. Where a tile would reach past the weight (its last
+// rows, or the reduction's last partial step) it reads a zero-padded copy instead.
 void amx_direct(const Problem& p) {
   if (p.B == 0 || p.K == 0) return;
   const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
   const std::int64_t main_depth = p.RH / kStep * kStep;
-  const int panels = static_cast<int>(ceil_div(p.B, kTile));
+  const std::int64_t panels = ceil_div(p.B, kTile);
+  const bool parallel = direct_parallel_pays(p.flops(), weight_bytes(p));
+  const std::int64_t panel_elements = depth * kPanel;
   auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * depth) * sizeof(BFloat16)));
-  gather_rows(p, 0, static_cast<int>(p.B), static_cast<int>(p.B), 0, static_cast<int>(depth), static_cast<int>(depth),
-              rows);
+  auto* a_panels = static_cast<BFloat16*>(
+      packed_weight_scratch.bytes(static_cast<std::size_t>(panels * panel_elements) * sizeof(BFloat16)));
   Problem rows_as_weight = p;
   rows_as_weight.weight = rows;
   rows_as_weight.K = p.B;
   rows_as_weight.weight_stride_k = depth;
   rows_as_weight.weight_stride_c = 1;
-  const std::int64_t panel_elements = depth * kPanel;
-  auto* a_panels = static_cast<BFloat16*>(
-      packed_weight_scratch.bytes(static_cast<std::size_t>(panels * panel_elements) * sizeof(BFloat16)));
-  for (int q = 0; q < panels; ++q) pack_weight_panel(rows_as_weight, q * kPanel, depth, a_panels + q * panel_elements);
+  for_each_index(panels, parallel && panels > 1, [&](std::int64_t q) {
+    const std::int64_t b0 = q * kTile;
+    const int panel_rows = static_cast<int>(std::min<std::int64_t>(kTile, p.B - b0));
+    gather_rows(p, b0, panel_rows, panel_rows, 0, static_cast<int>(depth), static_cast<int>(depth), rows + b0 * depth);
+    pack_weight_panel(rows_as_weight, b0, depth, a_panels + q * panel_elements);
+  });
 
   const auto* weight = static_cast<const BFloat16*>(p.weight);
   const std::int64_t row_bytes = p.weight_stride_k * static_cast<std::int64_t>(sizeof(BFloat16));
-  const std::int64_t blocks = ceil_div(p.K, kBlock);
-#pragma omp parallel for if (direct_parallel_pays(p.flops(), weight_bytes(p))) schedule(static)
-  for (std::int64_t block = 0; block < blocks; ++block) {
+  // Tasks: a block of outputs by a group of A's 32-row chunks. One group a block unless the blocks
+  // are too few for the threads; then each block's chunks are split among several tasks.
+  const std::int64_t blocks = ceil_div(p.K, kBlock), chunks = ceil_div(p.B, kBlock);
+  const std::int64_t groups = parallel ? std::clamp<std::int64_t>(ceil_div(omp_get_max_threads(), blocks), 1, chunks) : 1;
+  for_each_index(blocks * groups, parallel, [&](std::int64_t task) {
+    const std::int64_t block = task / groups, group = task % groups;
     const std::int64_t k0 = block * kBlock;
     const int outputs = static_cast<int>(std::min<std::int64_t>(kBlock, p.K - k0));
     const bool two = outputs > kTile;
@@ -604,20 +627,26 @@ void amx_direct(const Problem& p) {
       w[t] = {first, row_bytes, tails[t], kStep * static_cast<std::int64_t>(sizeof(BFloat16))};
     }
     if (!two) w[1] = w[0];
-    alignas(64) float c[kBlock * kBlock];
     configure_tiles();
-    if (panels == 1)
-      amx_direct_block<1>(w, two, main_depth, depth, a_panels, panel_elements, c);
-    else
-      amx_direct_block<2>(w, two, main_depth, depth, a_panels, panel_elements, c);
+    const std::int64_t chunk_end = (group + 1) * chunks / groups * kBlock;
+    for (std::int64_t b0 = group * chunks / groups * kBlock; b0 < std::min(p.B, chunk_end); b0 += kBlock) {
+      const int chunk_rows = static_cast<int>(std::min<std::int64_t>(kBlock, p.B - b0));
+      const BFloat16* chunk_panels = a_panels + b0 / kTile * panel_elements;
+      alignas(64) float c[kBlock * kBlock];
+      if (chunk_rows <= kTile)
+        amx_direct_block<1>(w, two, main_depth, depth, chunk_panels, panel_elements, c);
+      else
+        amx_direct_block<2>(w, two, main_depth, depth, chunk_panels, panel_elements, c);
+      alignas(64) float by_rows[kBlock * kBlock];  // c transposed: rows of y
+      for (int i = 0; i < chunk_rows; ++i)
+        for (int j = 0; j < outputs; ++j) by_rows[i * kBlock + j] = c[j * kBlock + i];
+      store_rows(p, by_rows, kBlock, b0, chunk_rows, k0, outputs);
+    }
     release_tiles();
-    alignas(64) float by_rows[kBlock * kBlock];  // c transposed: rows of y
-    for (int i = 0; i < p.B; ++i)
-      for (int j = 0; j < outputs; ++j) by_rows[i * kBlock + j] = c[j * kBlock + i];
-    store_rows(p, by_rows, kBlock, 0, static_cast<int>(p.B), k0, outputs);
-  }
+  });
 }
 
+// AVX512-BF16: the same block, with 12-row panels of pairs of A against 32 outputs at a time.
 void dot_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_block0, std::int64_t depth,
                        std::int64_t b0, int rows, std::int64_t k0, int outputs) {
   const int padded_rows = static_cast<int>(round_up(rows, kDotRows));
@@ -716,7 +745,7 @@ void run_amx_bf16(const Problem& p) {
   if (const std::string why = amx_bf16_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
   const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
-  if (p.weight_stride_c == 1 && p.B <= kAmxDirectRows &&
+  if (p.weight_stride_c == 1 && p.B <= amx_direct_rows(weight_bytes(p)) &&
       p.B * depth * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
     amx_direct(p);
     return;
