@@ -24,7 +24,7 @@
 //
 // Batches where packing the weight costs more than its reuse by B rows saves read it in place
 // instead: on AMX up to 64 rows, and up to 256 or 512 against weights of 8 or 32 MB (amx_direct:
-// y^T = W * A^T, the weight's rows as the tile multiply's first operand), on AVX512-BF16 up to 4
+// y^T = W * A^T, the weight's rows as the tile multiply's first operand), on AVX512-BF16 up to 8
 // or 16 rows (dot_direct: VDPBF16PS along the reduction). A's rows are gathered once.
 //
 // Both instructions treat subnormal inputs, and products below float32's normal range, as zeros
@@ -90,16 +90,19 @@ constexpr int kDotOutputs = 2 * kPanel;
 // 12-row panel of A (6 KB) stay in a 32 KB L1 data cache.
 constexpr int kDotSlicePairs = 128;
 constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered slice (48 KB) stays in L2
-// Batches this short take the dot kernel's direct path (dot_direct): up to 4 rows always, up to
-// 16 where the weight is at least 1 MB (and A's gathered rows within kDirectRowsBytes). Against
+// Batches this short take the dot kernel's direct path (dot_direct): up to 8 rows always, up to
+// 16 where the weight is at least 128 KB (and A's gathered rows within kDirectRowsBytes). Against
 // the packed path it took 0.16-0.63 of the time at B = 1 to 4, 0.46-0.69 at B = 8 to 16 with
-// weights of 2 to 32 MB, but 1.18 at B = 8 with a 256 KB weight (packing a weight that stays in
-// cache is cheap), and 0.81-1.43 at B = 24 (2-core Zen 4, docs/PERFORMANCE.md, "Short batches").
-constexpr std::int64_t kDotDirectRows = 4, kDotDirectRowsLargeWeight = 16;
+// weights of 2 to 32 MB, and 0.81-1.43 at B = 24 (2-core Zen 4, docs/PERFORMANCE.md, "Short
+// batches"). With threads from 256 KB of weight it also won at B = 5 to 16 on 128-512 KB weights,
+// and at B = 5 to 8 on 14-64 KB; not at B = 12 to 16 on 64 KB (docs/PERFORMANCE.md, "The dot
+// kernel's direct path from 128 KB").
+constexpr std::int64_t kDotDirectRows = 8, kDotDirectRowsLargeWeight = 16;
+constexpr std::int64_t kDotDirectLargeWeightBytes = std::int64_t{128} << 10;
+// Where AMX is there too, a single row against a weight this large still streams it faster here
+// than on AMX's direct path: 0.87 of its time at (32, 1, 128, 4096), eager PyTorch's the
+// yardstick; not so at 512 KB (the GPU host's Xeon, docs/PERFORMANCE.md, "Short batches on AMX").
 constexpr std::int64_t kDotLargeWeightBytes = std::int64_t{1} << 20;
-// Where AMX is there too, a single row against such a weight still streams it faster here than
-// on AMX's direct path: 0.87 of its time at (32, 1, 128, 4096), eager PyTorch's the yardstick;
-// not so at 512 KB (the GPU host's Xeon, docs/PERFORMANCE.md, "Short batches on AMX").
 
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 std::int64_t weight_bytes(const Problem& p) { return p.K * p.RH * std::int64_t{sizeof(BFloat16)}; }
@@ -772,7 +775,7 @@ std::string bf16_dot_why_not(const Problem& p) {
 }
 
 bool bf16_dot_reads_weight_in_place(const Problem& p) {
-  const bool large_weight = weight_bytes(p) >= kDotLargeWeightBytes;
+  const bool large_weight = weight_bytes(p) >= kDotDirectLargeWeightBytes;
   return p.dtype == DType::bfloat16 && p.weight_stride_c == 1 &&
          p.B <= (large_weight ? kDotDirectRowsLargeWeight : kDotDirectRows) &&
          p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes;
