@@ -309,7 +309,7 @@ inline Acc lane_sum(Vec v) {
 
 // y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (rows, each RH long) and kt <= 4 weight
 // rows along a unit stride, read once for the BT rows: vectors run along the reduction, 4 * BT
-// partial sums, added up at the end.
+// partial sums (4 along each weight row for a single row of A), added up at the end.
 template <class In, class Acc, int BT>
 void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_t k0, int kt) {
   constexpr int L = Tiling<Acc>::kLanes, KT = 4;
@@ -319,14 +319,14 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
     w[j] = static_cast<const In*>(p.weight) + (k0 + std::min(j, kt - 1)) * p.weight_stride_k;
   const Acc* a[BT];
   for (int i = 0; i < BT; ++i) a[i] = rows + (b0 + i) * p.RH;
+  Vec acc[BT][KT] = {};
+  const std::int64_t vectors_end = p.RH / L * L;
   if constexpr (BT == 1) {
     // A single row of A: the weight's rows one after another, four partial sums along each, so
     // that each thread reads one stream; the four rows interleaved (below, where A's rows repay
     // it) are four short streams. Against them, on the 2-core Zen 4 with the weight from memory,
     // this took 0.40-0.91 of the time in float16 at 512 KB-2 MB, 0.75-0.81 in float32 at 1 MB,
     // and about the same at 32 MB (docs/PERFORMANCE.md, "One weight row at a time").
-    const In* bias = static_cast<const In*>(p.bias);
-    In* y = static_cast<In*>(p.y);
     for (int j = 0; j < kt; ++j) {
       Vec part[4] = {};
       std::int64_t c = 0;
@@ -337,29 +337,25 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
           std::memcpy(&av, a[0] + c + u * L, sizeof(Vec));
           part[u] += av * load_vector<In, Acc, Vec>(w[j] + c + u * L);
         }
-      for (; c + L <= p.RH; c += L) {
+      for (; c < vectors_end; c += L) {
         Vec av;
         std::memcpy(&av, a[0] + c, sizeof(Vec));
         part[0] += av * load_vector<In, Acc, Vec>(w[j] + c);
       }
-      Acc sum = lane_sum<Acc>((part[0] + part[1]) + (part[2] + part[3]));
-      for (std::int64_t t = c; t < p.RH; ++t) sum += a[0][t] * load_as<Acc>(w[j][t]);
-      y[b0 * p.y_stride_b + (k0 + j) * p.y_stride_k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0)));
+      acc[0][j] = (part[0] + part[1]) + (part[2] + part[3]);
     }
-    return;
-  }
-  Vec acc[BT][KT] = {};
-  std::int64_t c = 0;
-  for (; c + L <= p.RH; c += L) {
-    Vec wv[KT];
+  } else {
+    for (std::int64_t c = 0; c < vectors_end; c += L) {
+      Vec wv[KT];
 #pragma GCC unroll 4
-    for (int j = 0; j < KT; ++j) wv[j] = load_vector<In, Acc, Vec>(w[j] + c);
+      for (int j = 0; j < KT; ++j) wv[j] = load_vector<In, Acc, Vec>(w[j] + c);
 #pragma GCC unroll 4
-    for (int i = 0; i < BT; ++i) {
-      Vec av;
-      std::memcpy(&av, a[i] + c, sizeof(Vec));
+      for (int i = 0; i < BT; ++i) {
+        Vec av;
+        std::memcpy(&av, a[i] + c, sizeof(Vec));
 #pragma GCC unroll 4
-      for (int j = 0; j < KT; ++j) acc[i][j] += av * wv[j];
+        for (int j = 0; j < KT; ++j) acc[i][j] += av * wv[j];
+      }
     }
   }
   const In* bias = static_cast<const In*>(p.bias);
@@ -367,7 +363,7 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   for (int i = 0; i < BT; ++i)
     for (int j = 0; j < kt; ++j) {
       Acc sum = lane_sum<Acc>(acc[i][j]);
-      for (std::int64_t t = c; t < p.RH; ++t) sum += a[i][t] * load_as<Acc>(w[j][t]);
+      for (std::int64_t t = vectors_end; t < p.RH; ++t) sum += a[i][t] * load_as<Acc>(w[j][t]);
       y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] =
           store_as<In>(sum + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0)));
     }
