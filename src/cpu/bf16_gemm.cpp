@@ -102,7 +102,7 @@ constexpr std::int64_t kDotDirectLargeWeightBytes = std::int64_t{128} << 10;
 // Where AMX is there too, a single row against a weight this large still streams it faster here
 // than on AMX's direct path: 0.87 of its time at (32, 1, 128, 4096), eager PyTorch's the
 // yardstick; not so at 512 KB (the GPU host's Xeon, docs/PERFORMANCE.md, "Short batches on AMX").
-constexpr std::int64_t kDotLargeWeightBytes = std::int64_t{1} << 20;
+constexpr std::int64_t kDotBeatsAmxWeightBytes = std::int64_t{1} << 20;
 
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 std::int64_t weight_bytes(const Problem& p) { return p.K * p.RH * std::int64_t{sizeof(BFloat16)}; }
@@ -565,6 +565,40 @@ std::int64_t amx_direct_rows(std::int64_t weight_bytes) {
   return rows;
 }
 
+// Where amx_direct's block of `outputs` (<= 32) outputs from k0 reads the weight, one WeightTile a
+// 16-output half (w[1] repeats w[0] where there is one half): in place, with the reduction's last
+// partial step from a zero-padded copy in `tails`; or, for the weight's last rows, the whole
+// reduction from a zero-padded copy (rows past K zeros, nothing read past the weight).
+void weight_tiles_of_block(const Problem& p, std::int64_t k0, int outputs, std::int64_t depth,
+                           BFloat16 (&tails)[2][kTile * kStep], WeightTile (&w)[2]) {
+  const auto* weight = static_cast<const BFloat16*>(p.weight);
+  const std::int64_t main_depth = p.RH / kStep * kStep;
+  const bool two = outputs > kTile;
+  for (int t = 0; t < (two ? 2 : 1); ++t) {
+    const BFloat16* first = weight + (k0 + t * kTile) * p.weight_stride_k;
+    const int valid = std::min(kTile, outputs - t * kTile);
+    if (valid < kTile) {
+      auto* copy = static_cast<BFloat16*>(tile_copy_scratch.bytes(kTile * depth * sizeof(BFloat16)));
+      for (int i = 0; i < kTile; ++i) {
+        const std::int64_t real = i < valid ? p.RH : 0;
+        if (real > 0) std::memcpy(copy + i * depth, first + i * p.weight_stride_k, real * sizeof(BFloat16));
+        std::memset(copy + i * depth + real, 0, (depth - real) * sizeof(BFloat16));
+      }
+      const std::int64_t stride = depth * static_cast<std::int64_t>(sizeof(BFloat16));
+      w[t] = {copy, stride, copy + main_depth, stride};
+      continue;
+    }
+    const std::int64_t rest = p.RH - main_depth;
+    for (int i = 0; main_depth < depth && i < kTile; ++i) {
+      std::memcpy(tails[t] + i * kStep, first + i * p.weight_stride_k + main_depth, rest * sizeof(BFloat16));
+      std::memset(tails[t] + i * kStep + rest, 0, (kStep - rest) * sizeof(BFloat16));
+    }
+    w[t] = {first, p.weight_stride_k * static_cast<std::int64_t>(sizeof(BFloat16)), tails[t],
+            kStep * static_cast<std::int64_t>(sizeof(BFloat16))};
+  }
+  if (!two) w[1] = w[0];
+}
+
 // AMX's direct path, for short and middling batches: y^T = W * A^T, so that the weight's rows are
 // the tile multiply's first operand, loaded in place (16 outputs x 32 reduction indices a tile, at
 // the weight's row stride), and A's rows the second: gathered once, then packed into panels of 16
@@ -595,8 +629,6 @@ void amx_direct(const Problem& p) {
     pack_weight_panel(rows_as_weight, b0, depth, a_panels + q * panel_elements);
   });
 
-  const auto* weight = static_cast<const BFloat16*>(p.weight);
-  const std::int64_t row_bytes = p.weight_stride_k * static_cast<std::int64_t>(sizeof(BFloat16));
   // Tasks: a block of outputs by a group of A's 32-row chunks. One group a block unless the blocks
   // are too few for the threads; then each block's chunks are split among several tasks.
   const std::int64_t blocks = ceil_div(p.K, kBlock), chunks = ceil_div(p.B, kBlock);
@@ -608,31 +640,11 @@ void amx_direct(const Problem& p) {
     const bool two = outputs > kTile;
     alignas(64) BFloat16 tails[2][kTile * kStep];
     WeightTile w[2];
-    for (int t = 0; t < (two ? 2 : 1); ++t) {
-      const BFloat16* first = weight + (k0 + t * kTile) * p.weight_stride_k;
-      const int valid = std::min(kTile, outputs - t * kTile);
-      if (valid < kTile) {  // the weight's last rows: the whole reduction, copied and padded
-        auto* copy = static_cast<BFloat16*>(tile_copy_scratch.bytes(kTile * depth * sizeof(BFloat16)));
-        for (int i = 0; i < kTile; ++i) {
-          const std::int64_t real = i < valid ? p.RH : 0;  // rows past K: zeros, nothing read
-          if (real > 0) std::memcpy(copy + i * depth, first + i * p.weight_stride_k, real * sizeof(BFloat16));
-          std::memset(copy + i * depth + real, 0, (depth - real) * sizeof(BFloat16));
-        }
-        const std::int64_t stride = depth * static_cast<std::int64_t>(sizeof(BFloat16));
-        w[t] = {copy, stride, copy + main_depth, stride};
-        continue;
-      }
-      const std::int64_t rest = p.RH - main_depth;  // the last, partial step, padded
-      for (int i = 0; main_depth < depth && i < kTile; ++i) {
-        std::memcpy(tails[t] + i * kStep, first + i * p.weight_stride_k + main_depth, rest * sizeof(BFloat16));
-        std::memset(tails[t] + i * kStep + rest, 0, (kStep - rest) * sizeof(BFloat16));
-      }
-      w[t] = {first, row_bytes, tails[t], kStep * static_cast<std::int64_t>(sizeof(BFloat16))};
-    }
-    if (!two) w[1] = w[0];
+    weight_tiles_of_block(p, k0, outputs, depth, tails, w);
     configure_tiles();
-    const std::int64_t chunk_end = (group + 1) * chunks / groups * kBlock;
-    for (std::int64_t b0 = group * chunks / groups * kBlock; b0 < std::min(p.B, chunk_end); b0 += kBlock) {
+    const std::int64_t rows_begin = group * chunks / groups * kBlock;
+    const std::int64_t rows_end = std::min(p.B, (group + 1) * chunks / groups * kBlock);
+    for (std::int64_t b0 = rows_begin; b0 < rows_end; b0 += kBlock) {
       const int chunk_rows = static_cast<int>(std::min<std::int64_t>(kBlock, p.B - b0));
       const BFloat16* chunk_panels = a_panels + b0 / kTile * panel_elements;
       alignas(64) float c[kBlock * kBlock];
@@ -782,7 +794,7 @@ bool bf16_dot_reads_weight_in_place(const Problem& p) {
 }
 
 bool bf16_dot_beats_amx(const Problem& p) {
-  return bf16_dot_reads_weight_in_place(p) && p.B == 1 && weight_bytes(p) >= kDotLargeWeightBytes;
+  return bf16_dot_reads_weight_in_place(p) && p.B == 1 && weight_bytes(p) >= kDotBeatsAmxWeightBytes;
 }
 
 void run_bf16_dot(const Problem& p) {
