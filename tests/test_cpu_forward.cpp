@@ -12,6 +12,7 @@
 #include "core/kernel_registry.hpp"
 #include "core/numeric.hpp"
 #include "core/validate.hpp"
+#include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "test_support.hpp"
 
@@ -277,6 +278,31 @@ TEST(CpuForwardBf16, ShortBatchesReadTheWeightInPlace) {
           expect_accurate(c, error_with_kernel(c, kernel), kernel);
         }
   }
+}
+
+// A single row of A on the direct paths: up to kSingleRowStreamMaxReduction it meets the weight's
+// rows one after another, past it four at a time. Reductions at the limit and just past it, with
+// and without a scalar tail, whole and partial tiles of weight rows; B = 5 for a single-row tile
+// behind a tile of four.
+TEST(CpuForwardDirect, SingleRowsOnEitherSideOfTheStreamLimit) {
+  static_assert(cpu::kSingleRowStreamMaxReduction == 1024, "the shapes below straddle it");
+  for (std::int64_t B : {1, 5})
+    for (Shape shape : {Shape{1, B, 1024, 9}, Shape{1, B, 1025, 9}, Shape{3, B, 343, 6}, Shape{2, B, 467, 5},
+                        Shape{4, B, 256, 4}})
+      for (DType dtype : kDtypes)
+        for (Layout layout : {Layout::contiguous, Layout::head_major, Layout::b_unit}) {
+          const Case c{shape, dtype, layout, true};
+          for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable}) {
+            if (!cpu::simd_level_supported(level)) continue;
+            const double err = error_of(c, [&](Operands& o) {
+              cpu::run_gather_gemm(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), level,
+                                   cpu::GemmPath::direct);
+            });
+            expect_accurate(c, err, "cpu_gather_gemm direct, level " + std::to_string(static_cast<int>(level)));
+          }
+          if (dtype == DType::bfloat16 && cpu::bf16_dot_supported())
+            expect_accurate(c, error_with_kernel(c, "cpu_bf16_dot"), "cpu_bf16_dot");
+        }
 }
 
 // The AVX512-BF16 kernel rounds y as the AMX kernel does (H = 2: one pair).

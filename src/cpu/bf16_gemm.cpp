@@ -271,6 +271,9 @@ void dot_micro_kernel(int pairs, const std::uint32_t* __restrict a, const std::u
 // GCC 12's _mm512_reduce_add_ps starts from _mm512_undefined
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// 32 bfloat16 (16 pairs), unaligned.
+inline __m512bh load_pairs(const BFloat16* src) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(src)); }
+
 // y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (bfloat16, row stride lda) and kt <= 4
 // weight rows along a unit stride, each read once in place: vectors of 16 pairs along the
 // reduction, VDPBF16PS into 16 float32 partial sums an output, added up at the end.
@@ -286,16 +289,32 @@ void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, s
   __m512 acc[BT][KT];
   for (int i = 0; i < BT; ++i)
     for (int j = 0; j < KT; ++j) acc[i][j] = _mm512_setzero_ps();
-  std::int64_t c = 0;
-  for (; c + 2 * kPanel <= p.RH; c += 2 * kPanel) {
-    __m512bh wv[KT];
+  constexpr int V = 2 * kPanel;  // bfloat16 a vector
+  const std::int64_t vectors_end = p.RH / V * V;
+  if (BT == 1 && p.RH <= kSingleRowStreamMaxReduction) {
+    // A single row of A: the weight's rows one after another, four partial sums along each
+    // (kSingleRowStreamMaxReduction says when one stream beats four).
+    for (int j = 0; j < kt; ++j) {
+      __m512 part[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      std::int64_t c = 0;
+      for (; c + 4 * V <= p.RH; c += 4 * V)
 #pragma GCC unroll 4
-    for (int j = 0; j < KT; ++j) wv[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w[j] + c));
+        for (int u = 0; u < 4; ++u)
+          part[u] = _mm512_dpbf16_ps(part[u], load_pairs(a[0] + c + u * V), load_pairs(w[j] + c + u * V));
+      for (; c < vectors_end; c += V) part[0] = _mm512_dpbf16_ps(part[0], load_pairs(a[0] + c), load_pairs(w[j] + c));
+      acc[0][j] = _mm512_add_ps(_mm512_add_ps(part[0], part[1]), _mm512_add_ps(part[2], part[3]));
+    }
+  } else {
+    for (std::int64_t c = 0; c < vectors_end; c += V) {
+      __m512bh wv[KT];
 #pragma GCC unroll 4
-    for (int i = 0; i < BT; ++i) {
-      const auto av = reinterpret_cast<__m512bh>(_mm512_loadu_si512(a[i] + c));
+      for (int j = 0; j < KT; ++j) wv[j] = load_pairs(w[j] + c);
 #pragma GCC unroll 4
-      for (int j = 0; j < KT; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, wv[j]);
+      for (int i = 0; i < BT; ++i) {
+        const auto av = load_pairs(a[i] + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < KT; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, wv[j]);
+      }
     }
   }
   const auto* bias = static_cast<const BFloat16*>(p.bias);
@@ -303,7 +322,7 @@ void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, s
   for (int i = 0; i < BT; ++i)
     for (int j = 0; j < kt; ++j) {
       float sum = _mm512_reduce_add_ps(acc[i][j]);
-      for (std::int64_t t = c; t < p.RH; ++t) sum += to_float(a[i][t]) * to_float(w[j][t]);
+      for (std::int64_t t = vectors_end; t < p.RH; ++t) sum += to_float(a[i][t]) * to_float(w[j][t]);
       y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] = to_bfloat16(sum + (bias ? to_float(bias[k0 + j]) : 0.f));
     }
 }

@@ -76,6 +76,13 @@ void for_each_index(std::int64_t n, bool parallel, F&& f) {
 // this many bytes of them (a longer reduction takes the packed path, whose buffers are bounded).
 constexpr std::int64_t kDirectRowsBytes = std::int64_t{16} << 20;
 
+// A single row of A meets a tile's weight rows one after another (one stream a thread) up to this
+// reduction length; past it, the four rows are read interleaved (four streams). Timed in one
+// process, alternating: one stream took 0.39-0.92 of four's time at R*H = 512-1024 on the 2-core
+// Zen 4, 0.93-1.07 on the GPU host's 16-core Xeon; from 2048 it took 1.01-1.24 on the Xeon, and
+// from 4096 up to 1.40 on the Zen 4 (docs/PERFORMANCE.md, "One stream for short weight rows").
+constexpr std::int64_t kSingleRowStreamMaxReduction = 1024;
+
 // The direct paths' split (no packing: each weight row read once against a few rows of A):
 // tile(std::integral_constant<int, BT>{}, b0, k0, kt) for every tile of kt <= 4 weight rows from
 // k0 by BT <= 4 rows of A from b0; tiles of 4 weight rows go to the OpenMP threads where

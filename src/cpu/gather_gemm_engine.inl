@@ -309,7 +309,8 @@ inline Acc lane_sum(Vec v) {
 
 // y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (rows, each RH long) and kt <= 4 weight
 // rows along a unit stride, read once for the BT rows: vectors run along the reduction, 4 * BT
-// partial sums (4 along each weight row for a single row of A), added up at the end.
+// partial sums (4 along each weight row for a single row of A on a short reduction), added up at
+// the end.
 template <class In, class Acc, int BT>
 void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_t k0, int kt) {
   constexpr int L = Tiling<Acc>::kLanes, KT = 4;
@@ -321,12 +322,9 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   for (int i = 0; i < BT; ++i) a[i] = rows + (b0 + i) * p.RH;
   Vec acc[BT][KT] = {};
   const std::int64_t vectors_end = p.RH / L * L;
-  if constexpr (BT == 1) {
-    // A single row of A: the weight's rows one after another, four partial sums along each, so
-    // that each thread reads one stream; the four rows interleaved (below, where A's rows repay
-    // it) are four short streams. Against them, on the 2-core Zen 4 with the weight from memory,
-    // this took 0.40-0.91 of the time in float16 at 512 KB-2 MB, 0.75-0.81 in float32 at 1 MB,
-    // and about the same at 32 MB (docs/PERFORMANCE.md, "One weight row at a time").
+  if (BT == 1 && p.RH <= kSingleRowStreamMaxReduction) {
+    // A single row of A: the weight's rows one after another, four partial sums along each
+    // (kSingleRowStreamMaxReduction says when one stream beats four).
     for (int j = 0; j < kt; ++j) {
       Vec part[4] = {};
       std::int64_t c = 0;
