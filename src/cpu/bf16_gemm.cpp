@@ -276,7 +276,8 @@ inline __m512bh load_pairs(const BFloat16* src) { return reinterpret_cast<__m512
 
 // y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (bfloat16, row stride lda) and kt <= 4
 // weight rows along a unit stride, each read once in place: vectors of 16 pairs along the
-// reduction, VDPBF16PS into 16 float32 partial sums an output, added up at the end.
+// reduction, VDPBF16PS into 16 float32 partial sums an output (four such vectors along each weight
+// row for a single row of A on a short reduction), added up at the end.
 template <int BT>
 void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, std::int64_t b0, std::int64_t k0,
                      int kt) {
