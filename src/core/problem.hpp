@@ -30,6 +30,8 @@ struct Problem {
 
   std::int64_t outputs() const { return B * K; }
   double flops() const { return 2.0 * static_cast<double>(B) * static_cast<double>(K) * static_cast<double>(RH); }
+  // The weight's K x RH elements, in bytes (what a direct path streams once from memory).
+  std::int64_t weight_bytes() const { return K * RH * static_cast<std::int64_t>(dtype_size(dtype)); }
 };
 
 // The validated form of a backward call. x, weight and the sizes are in `forward` (its bias and

@@ -105,7 +105,6 @@ constexpr std::int64_t kDotDirectLargeWeightBytes = std::int64_t{128} << 10;
 constexpr std::int64_t kDotBeatsAmxWeightBytes = std::int64_t{1} << 20;
 
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
-std::int64_t weight_bytes(const Problem& p) { return p.K * p.RH * std::int64_t{sizeof(BFloat16)}; }
 
 // GCC 11 brought the AMX intrinsics (inline assembly: binutils 2.36 or later assembles it), and
 // has AVX512-BF16's.
@@ -632,7 +631,7 @@ void amx_direct(const Problem& p) {
   const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
   const std::int64_t main_depth = p.RH / kStep * kStep;
   const std::int64_t panels = ceil_div(p.B, kTile);
-  const bool parallel = direct_parallel_pays(p.flops(), weight_bytes(p));
+  const bool parallel = direct_parallel_pays(p);
   const std::int64_t panel_elements = depth * kPanel;
   auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * depth) * sizeof(BFloat16)));
   auto* a_panels = static_cast<BFloat16*>(
@@ -715,7 +714,7 @@ void dot_direct(const Problem& p) {
   const int lda = static_cast<int>(round_up(std::max<std::int64_t>(p.RH, 1), 2));
   auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * lda) * sizeof(BFloat16)));
   gather_rows(p, 0, static_cast<int>(p.B), static_cast<int>(p.B), 0, static_cast<int>(p.RH), lda, rows);
-  const bool parallel = direct_parallel_pays(p.flops(), weight_bytes(p));
+  const bool parallel = direct_parallel_pays(p);
   for_each_direct_tile(p.B, p.K, parallel, [&](auto tile_rows, std::int64_t b0, std::int64_t k0, int kt) {
     dot_direct_tile<decltype(tile_rows)::value>(p, rows, lda, b0, k0, kt);
   });
@@ -780,7 +779,7 @@ void run_amx_bf16(const Problem& p) {
   if (const std::string why = amx_bf16_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
   const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
-  if (p.weight_stride_c == 1 && p.B <= amx_direct_rows(weight_bytes(p)) &&
+  if (p.weight_stride_c == 1 && p.B <= amx_direct_rows(p.weight_bytes()) &&
       p.B * depth * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
     amx_direct(p);
     return;
@@ -807,14 +806,14 @@ std::string bf16_dot_why_not(const Problem& p) {
 }
 
 bool bf16_dot_reads_weight_in_place(const Problem& p) {
-  const bool large_weight = weight_bytes(p) >= kDotDirectLargeWeightBytes;
+  const bool large_weight = p.weight_bytes() >= kDotDirectLargeWeightBytes;
   return p.dtype == DType::bfloat16 && p.weight_stride_c == 1 &&
          p.B <= (large_weight ? kDotDirectRowsLargeWeight : kDotDirectRows) &&
          p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes;
 }
 
 bool bf16_dot_beats_amx(const Problem& p) {
-  return bf16_dot_reads_weight_in_place(p) && p.B == 1 && weight_bytes(p) >= kDotBeatsAmxWeightBytes;
+  return bf16_dot_reads_weight_in_place(p) && p.B == 1 && p.weight_bytes() >= kDotBeatsAmxWeightBytes;
 }
 
 void run_bf16_dot(const Problem& p) {

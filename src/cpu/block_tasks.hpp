@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/problem.hpp"
+
 namespace gather_linear::cpu {
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -22,8 +24,8 @@ inline bool parallel_pays(double flops) { return omp_get_max_threads() > 1 && fl
 // 1.78-3.30x in float16 and float32 on the GPU host's 16-core Xeon, 0.73-1.48x to 1.23-2.14x in
 // float16 on the 2-core Zen 4 (docs/PERFORMANCE.md, "Threads from 256 KB of weight").
 constexpr std::int64_t kParallelWeightBytes = std::int64_t{1} << 18;
-inline bool direct_parallel_pays(double flops, std::int64_t weight_bytes) {
-  return parallel_pays(flops) || (omp_get_max_threads() > 1 && weight_bytes >= kParallelWeightBytes);
+inline bool direct_parallel_pays(const Problem& p) {
+  return parallel_pays(p.flops()) || (omp_get_max_threads() > 1 && p.weight_bytes() >= kParallelWeightBytes);
 }
 // A packed weight block this large keeps one reduction slice of it in L2/L3 while row blocks
 // stream.

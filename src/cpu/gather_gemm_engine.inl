@@ -388,7 +388,7 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
       }
     return;
   }
-  const bool parallel = direct_parallel_pays(p.flops(), p.K * p.RH * std::int64_t{sizeof(In)});
+  const bool parallel = direct_parallel_pays(p);
   for_each_direct_tile(p.B, p.K, parallel, [&](auto rows, std::int64_t b0, std::int64_t k0, int kt) {
     direct_tile<In, Acc, decltype(rows)::value>(p, rows_buf, b0, k0, kt);
   });
