@@ -314,9 +314,10 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
            },
            false},
           {"unfused_cublaslt_" + mode, unfused, false}};
-      const gett::Variant& chosen = gett::choose(p0);
-      if (chosen.why_not(p0).empty())
-        candidates.push_back({std::string("gett_dispatched_") + chosen.name, gett_run(chosen, {}), true});
+      const gett::Choice chosen = gett::choose(p0);
+      if (chosen.variant->why_not(p0).empty())
+        candidates.push_back(
+            {std::string("gett_dispatched_") + chosen.variant->name, gett_run(*chosen.variant, chosen.tuning), true});
       for (std::size_t i = 0; i < variants.size(); ++i) {
         const gett::Variant* v = variants[i];
         if (v->dtype != dtype || !v->why_not(p0).empty() || v->workspace_bytes(p0) != 0) continue;

@@ -533,23 +533,74 @@ TEST_F(CudaTest, GettEveryConfiguration) {
   }
 }
 
-// The tile scheduler's swizzle and raster order change only the order of tiles, never a bit of y.
+// The tile scheduler's swizzle and raster order change only the order of tiles, never a bit of y,
+// in every configuration (the dispatcher runs some with other orders than CUTLASS's default).
 TEST_F(CudaTest, GettSchedulerTuningKeepsResults) {
   if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
-  const Case c{{4, 1000, 64, 776}, DType::bfloat16, Layout::head_major, true};
-  const cuda::gett::Variant& variant = cuda::gett::bf16_cooperative_128x128();
-  const auto y_with = [&](cuda::gett::Tuning tuning) {
-    Operands o = make_operands(c, 1234);
-    DeviceOperands d(o);
-    variant.run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr, tuning);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    d.y.download(o.y);
-    return o.y.storage;
+  for (const cuda::gett::Variant* variant : cuda::gett::library_variants()) {
+    const Case c{{4, 1000, 64, 776}, variant->dtype, Layout::head_major, true};
+    const auto y_with = [&](cuda::gett::Tuning tuning) {
+      Operands o = make_operands(c, 1234);
+      DeviceOperands d(o);
+      variant->run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr,
+                   tuning);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      d.y.download(o.y);
+      return o.y.storage;
+    };
+    const auto plain = y_with({});
+    for (int swizzle : {2, 4, 8})
+      for (cuda::gett::Raster raster : {cuda::gett::Raster::along_m, cuda::gett::Raster::along_n})
+        EXPECT_EQ(y_with({swizzle, raster}), plain)
+            << variant->name << ": swizzle " << swizzle << ", raster " << static_cast<int>(raster);
+  }
+}
+
+// Mid-size 16-bit problems (under 1.5M outputs) with whole 64-element slices run fused on small
+// tiles: 64x64 below about half a wave of 128x64 tiles, 128x64 from there. cuBLAS behind the
+// concatenation keeps a long reduction over few blocks, and a second wave of blocks unless each
+// block's work is small. From 65536 outputs the GETT also takes work small enough for the
+// latency kernel (whose 16-bit time grows with the outputs). Through the dispatcher, each is
+// accurate and leaves no NaN.
+TEST_F(CudaTest, GettMidSizeChoices) {
+  if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  struct Expected {
+    Shape shape;
+    const char* bfloat16_configuration;  // null: not the GETT
   };
-  const auto plain = y_with({});
-  for (int swizzle : {2, 4, 8})
-    for (cuda::gett::Raster raster : {cuda::gett::Raster::along_m, cuda::gett::Raster::along_n})
-      EXPECT_EQ(y_with({swizzle, raster}), plain) << "swizzle " << swizzle << ", raster " << static_cast<int>(raster);
+  const Expected cases[] = {
+      {{8, 512, 128, 512}, "bf16_pingpong_64x64"},        // 32 tiles of 128x64
+      {{16, 64, 64, 520}, "bf16_pingpong_64x64"},         // a partial tile in n
+      {{16, 256, 128, 1024}, "bf16_pingpong_64x64"},      // 2^23 multiply-adds per block
+      {{1, 2048, 64, 64}, "bf16_pingpong_64x64"},         // latency-sized work, 131072 outputs
+      {{2, 128, 64, 512}, "bf16_pingpong_64x64"},         // 65536 outputs
+      {{8, 1024, 128, 1024}, "bf16_cooperative_128x64"},  // 128 tiles
+      {{6, 1000, 64, 1000}, "bf16_cooperative_128x64"},   // partial tiles in both
+      {{32, 256, 128, 4096}, "bf16_cooperative_128x64"},  // a long reduction over a full wave
+      {{3, 4096, 64, 320}, "bf16_cooperative_128x64"},    // two waves of short blocks
+      {{32, 512, 128, 1024}, nullptr},                    // a long reduction over half a wave
+      {{32, 256, 64, 2048}, nullptr},                     // 2^24 per block, half a wave
+      {{16, 640, 128, 2048}, nullptr},                    // two waves of long blocks
+  };
+  for (DType dtype : {DType::bfloat16, DType::float16})
+    for (const Expected& e : cases) {
+      const Case c{e.shape, dtype, Layout::head_major, true};
+      Operands o = make_operands(c, 21);
+      DeviceOperands d(o);
+      const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+      const std::string kernel(
+          select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for("auto")));
+      if (e.bfloat16_configuration == nullptr) {
+        EXPECT_NE(kernel, kGett) << c;
+        continue;
+      }
+      EXPECT_EQ(kernel, kGett) << c;
+      std::string expected = e.bfloat16_configuration;
+      if (dtype == DType::float16) expected.replace(0, 4, "f16");
+      EXPECT_EQ(cuda::gett::choose(p).variant->name, expected) << c;
+      const Options automatic = options_for("auto");
+      expect_accurate(c, automatic, cuda_error_of(c, automatic));
+    }
 }
 
 // TF32 rounds each float32 operand to nearest, as cuBLAS's TF32 does. With every x and W equal to

@@ -51,8 +51,9 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): the latency kernel wins
 // while the work is small; exact float32 beyond about a million outputs goes to the 3xTF32
-// tensor-core kernel; 16-bit and TF32 problems that fill the GPU go to the Hopper GETT; in between,
-// and wherever cuBLAS outruns the fused kernels, the unfused baseline runs: never lose to it.
+// tensor-core kernel; 16-bit problems beyond the latency kernel's reach and TF32 ones that fill
+// the GPU go to the Hopper GETT where it wins (gett::outruns_unfused); elsewhere, and wherever
+// cuBLAS outruns the fused kernels, the unfused baseline runs: never lose to it.
 const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   if (std::string why = simt_gemm_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "x", why);
   const bool exact_float32 = p.dtype == DType::float32 && options.fp32_precision == Fp32Precision::ieee;
@@ -62,7 +63,11 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // sustain less than its 4x4 tiles, and cuBLAS's tensor cores (16-bit, TF32) catch up sooner.
   const bool small_tiles = p.outputs() <= kLatencySmallTileOutputs;
   const double latency_limit = exact_float32 ? (small_tiles ? 20e6 : 40e6) : tf32 ? 16e6 : 12e6;
-  if (macs <= latency_limit && latency_kernel_why_not(p).empty()) return kKernels[kLatency];
+  // In 16-bit its time grows with the outputs whatever the reduction: from 65536 outputs it took
+  // 4.2-7.4 us against 3.8-4.0 for unfused and 3.3-3.5 for the GETT (4-8 M multiply-adds).
+  const bool sixteen_bit = p.dtype == DType::float16 || p.dtype == DType::bfloat16;
+  const bool latency_outputs = !sixteen_bit || p.outputs() < 65536;
+  if (macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty()) return kKernels[kLatency];
   if (exact_float32 && p.outputs() >= 786432 && mma_gemm_why_not(p).empty()) return kKernels[kMma];
   if (!exact_float32 && gett::outruns_unfused(p) && gett_why_not(p, options.fp32_precision).empty())
     return kKernels[kGett];

@@ -53,46 +53,93 @@ std::vector<const Variant*> library_variants() {
           &bf16_cooperative_128x256(),            &bf16_cooperative_128x128(),
           &f16_pingpong_128x128_c2x1_epi64x64(),  &f16_pingpong_128x128_c2x1_epi64x128(),
           &f16_cooperative_128x256(),             &f16_cooperative_128x128(),
+          &bf16_cooperative_128x64(),             &f16_cooperative_128x64(),
+          &bf16_pingpong_64x64(),                 &f16_pingpong_64x64(),
           &tf32_pingpong_128x128(),               &tf32_cooperative_128x256(),
           &tf32_cooperative_128x128()};
 }
 
-// Measured on an H200 (bench/kernel_variants.cu gett, bench/results/gett_tuning_h200.csv).
-const Variant& choose(const Problem& p) {
+namespace {
+// Below this many outputs a 16-bit problem has too few 128x128 tiles to fill the GPU (1M for TF32,
+// whose mid-size problems stay with cuBLAS).
+constexpr double kMidSizeOutputs = 1.5e6;
+constexpr double kMidSizeOutputsTf32 = 1.0e6;
+
+double tile_count(const Problem& p, int tile_m, int tile_n) {
+  return static_cast<double>((p.B + tile_m - 1) / tile_m) * static_cast<double>((p.K + tile_n - 1) / tile_n);
+}
+
+// A mid-size 16-bit problem on small tiles: 128x64 (cooperative) from about half a wave of them,
+// else 64x64 (ping-pong, one warpgroup per tile; then at most 0.9 of a wave).
+struct MidSizeTiles {
+  bool small;         // 64x64
+  double waves;       // blocks over SMs
+  double block_macs;  // multiply-adds of one block's tile
+};
+MidSizeTiles mid_size_tiles(const Problem& p) {
+  const double sms = multiprocessor_count(p.device.index);
+  const bool small = tile_count(p, 128, 64) < 0.45 * sms;
+  const int tile_m = small ? 64 : 128, tile_n = 64;
+  return {small, tile_count(p, tile_m, tile_n) / sms, static_cast<double>(tile_m * tile_n) * static_cast<double>(p.RH)};
+}
+}  // namespace
+
+// Measured on an H200: kernel_variants gett (bench/results/gett_tuning_h200.csv for the large
+// problems, gett_mid_size_h200.csv for the mid-size ones) and the CLI over bench/shapes_mid.txt
+// (sweep_mid_h200.csv).
+Choice choose(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
   const double sms = multiprocessor_count(p.device.index);
-  const auto tiles = [&](int tile_m, int tile_n) {
-    return static_cast<double>((p.B + tile_m - 1) / tile_m) * static_cast<double>((p.K + tile_n - 1) / tile_n);
-  };
-  const double square = tiles(128, 128), wide = tiles(128, 256);
+  // Mid-size: consecutive tiles along n with a swizzle of 2 were 3-7% faster on average (up to
+  // 17%) than CUTLASS's default order for both tile shapes.
+  if (!tf32 && static_cast<double>(p.outputs()) < kMidSizeOutputs) {
+    const Tuning along_n{2, Raster::along_n};
+    if (mid_size_tiles(p).small) return {f16 ? &f16_pingpong_64x64() : &bf16_pingpong_64x64(), along_n};
+    return {f16 ? &f16_cooperative_128x64() : &bf16_cooperative_128x64(), along_n};
+  }
+  const double square = tile_count(p, 128, 128), wide = tile_count(p, 128, 256);
   // Many waves of tiles, or short reductions (epilogue-bound): ping-pong, which overlaps one
   // warpgroup's epilogue with the other's mainloop, was fastest (16-bit with a 2x1 cluster that
   // multicasts W's tiles): about 0.96x cuBLAS's time on the largest problems. Its epilogue
   // sub-tile: 64x128 where writing y bounds the time (R*H <= 256: 0.98x cuBLAS at
   // (4,16384,64,8192), against 1.02x with 64x64), 64x64 for deeper reductions, whose mainloop
-  // needs the shared memory that 64x128 staging takes (1.07x cuBLAS with 64x128 there).
+  // needs the shared memory that 64x128 staging takes (1.07x cuBLAS with 64x128 there). The
+  // scheduler's order made no difference beyond noise on these.
   if (p.RH <= 256 || square >= 3.5 * sms) {
-    if (tf32) return tf32_pingpong_128x128();
-    if (p.RH <= 256) return f16 ? f16_pingpong_128x128_c2x1_epi64x128() : bf16_pingpong_128x128_c2x1_epi64x128();
-    return f16 ? f16_pingpong_128x128_c2x1_epi64x64() : bf16_pingpong_128x128_c2x1_epi64x64();
+    if (tf32) return {&tf32_pingpong_128x128(), {}};
+    if (p.RH <= 256) return {f16 ? &f16_pingpong_128x128_c2x1_epi64x128() : &bf16_pingpong_128x128_c2x1_epi64x128(), {}};
+    return {f16 ? &f16_pingpong_128x128_c2x1_epi64x64() : &bf16_pingpong_128x128_c2x1_epi64x64(), {}};
   }
   // A few waves: the 128x256 tile moves the fewest bytes per multiply-add, unless it leaves much
   // more of the last wave idle than 128x128 tiles would (share of SMs the last wave keeps busy).
   const auto wave_fill = [&](double t) { return t / (std::ceil(t / sms) * sms); };
   const bool take_wide = wave_fill(wide) >= wave_fill(square) - 0.1;
-  if (tf32) return take_wide ? tf32_cooperative_128x256() : tf32_cooperative_128x128();
-  if (take_wide) return f16 ? f16_cooperative_128x256() : bf16_cooperative_128x256();
-  return f16 ? f16_cooperative_128x128() : bf16_cooperative_128x128();
+  if (tf32) return {take_wide ? &tf32_cooperative_128x256() : &tf32_cooperative_128x128(), {}};
+  if (take_wide) return {f16 ? &f16_cooperative_128x256() : &bf16_cooperative_128x256(), {}};
+  // 128x128 tiles over one or two waves: consecutive tiles along m with a swizzle of 2 were up to
+  // 14% faster than the default order (bench/results/gett_mid_size_h200.csv), never slower.
+  return {f16 ? &f16_cooperative_128x128() : &bf16_cooperative_128x128(), {2, Raster::along_m}};
 }
 
 bool outruns_unfused(const Problem& p) {
   // x's slices must be whole 128-byte rows of the K tile (H a multiple of it): narrower slices
   // split every TMA box into 16- to 64-byte rows (H = 16 ran at a third of the unfused speed).
-  const std::int64_t tile_k = p.dtype == DType::float32 ? 32 : 64;
+  const bool tf32 = p.dtype == DType::float32;
+  const std::int64_t tile_k = tf32 ? 32 : 64;
   if (p.H % tile_k != 0) return false;
-  // Below about 1.5M outputs (1M for TF32) the GPU is not filled with tiles, and cuBLAS's
-  // small-problem kernels behind the concatenation win.
-  return static_cast<double>(p.outputs()) >= (p.dtype == DType::float32 ? 1.0e6 : 1.5e6);
+  const double outputs = static_cast<double>(p.outputs());
+  // Below a million TF32 outputs cuBLAS's small-problem kernels behind the concatenation win.
+  if (tf32) return outputs >= kMidSizeOutputsTf32;
+  if (outputs >= kMidSizeOutputs) return true;
+  // Mid-size: the fused kernel's time is one block's tile, cuBLAS's (which splits long reductions
+  // between blocks) the whole problem's work spread over the GPU, plus the concatenation. So the
+  // fused kernel wins while a block's work is small (up to 2^23 multiply-adds: 1.07-1.28x faster
+  // than unfused) or its blocks fill most of the GPU (1.09-1.36x); a long reduction over half a
+  // wave lost (0.92x). A second wave of blocks, mostly idle, costs a whole block's time again:
+  // only where that is short (2^21: 1.11x, against 0.65-0.97x above it).
+  const MidSizeTiles tiles = mid_size_tiles(p);
+  if (tiles.waves > 1) return tiles.block_macs <= 0x1p21;
+  return tiles.block_macs <= 0x1p23 || tiles.waves >= 0.7;
 }
 
 }  // namespace gett
@@ -102,13 +149,14 @@ std::string gett_why_not(const Problem& p, Fp32Precision precision) {
     return "runs float32 only as TF32 (Fp32Precision::tf32); exact float32 runs on cuda_tensor_core_mma";
   if (p.dtype != DType::float32 && p.dtype != DType::float16 && p.dtype != DType::bfloat16)
     return "supports bfloat16, float16 and float32 (as TF32), got " + std::string(dtype_name(p.dtype));
-  return gett::choose(p).why_not(p);
+  return gett::choose(p).variant->why_not(p);
 }
 
-std::size_t gett_workspace_bytes(const Problem& p) { return gett::choose(p).workspace_bytes(p); }
+std::size_t gett_workspace_bytes(const Problem& p) { return gett::choose(p).variant->workspace_bytes(p); }
 
 void run_gett(const Problem& p, Workspace workspace, CudaStream stream) {
-  gett::choose(p).run(p, workspace, stream, gett::Tuning{});
+  const gett::Choice choice = gett::choose(p);
+  choice.variant->run(p, workspace, stream, choice.tuning);
 }
 
 }  // namespace gather_linear::cuda

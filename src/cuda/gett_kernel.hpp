@@ -51,6 +51,10 @@ const Variant& f16_pingpong_128x128_c2x1_epi64x64();
 const Variant& f16_pingpong_128x128_c2x1_epi64x128();
 const Variant& f16_cooperative_128x256();
 const Variant& f16_cooperative_128x128();
+const Variant& bf16_cooperative_128x64();
+const Variant& f16_cooperative_128x64();
+const Variant& bf16_pingpong_64x64();
+const Variant& f16_pingpong_64x64();
 const Variant& tf32_pingpong_128x128();
 const Variant& tf32_cooperative_128x256();
 const Variant& tf32_cooperative_128x128();
@@ -58,9 +62,13 @@ const Variant& tf32_cooperative_128x128();
 // All of the above, for tests and benchmarks that go through every configuration.
 std::vector<const Variant*> library_variants();
 
-// The configuration the dispatcher uses for p (whose dtype and precision allow GETT); it runs with
-// the default Tuning (the scheduler sweep found nothing better).
-const Variant& choose(const Problem& p);
+// The configuration the dispatcher uses for p (whose dtype and precision allow GETT), and the
+// scheduler settings it runs with.
+struct Choice {
+  const Variant* variant;
+  Tuning tuning;
+};
+Choice choose(const Problem& p);
 // Whether the GETT beats the unfused baseline on p (the dispatcher's rule; measured).
 bool outruns_unfused(const Problem& p);
 
