@@ -64,7 +64,7 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   const bool small_tiles = p.outputs() <= kLatencySmallTileOutputs;
   const double latency_limit = exact_float32 ? (small_tiles ? 20e6 : 40e6) : tf32 ? 16e6 : 12e6;
   // In 16-bit its time grows with the outputs whatever the reduction: from 65536 outputs it took
-  // 4.2-7.4 us against 3.8-4.0 for unfused and 3.3-3.5 for the GETT (4-8 M multiply-adds).
+  // 4.1-7.4 us against 3.8-4.0 for unfused and 3.3-3.5 for the GETT (4-8 M multiply-adds).
   const bool sixteen_bit = p.dtype == DType::float16 || p.dtype == DType::bfloat16;
   const bool latency_outputs = !sixteen_bit || p.outputs() < 65536;
   if (macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty()) return kKernels[kLatency];

@@ -90,8 +90,8 @@ MidSizeTiles mid_size_tiles(const Problem& p) {
 Choice choose(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
   const double sms = multiprocessor_count(p.device.index);
-  // Mid-size: consecutive tiles along n with a swizzle of 2 were 3-7% faster on average (up to
-  // 17%) than CUTLASS's default order for both tile shapes.
+  // Mid-size: consecutive tiles along n with a swizzle of 2 were 7% (128x64) and 3% (64x64)
+  // faster on average than CUTLASS's default order, up to 17%.
   if (!tf32 && static_cast<double>(p.outputs()) < kMidSizeOutputs) {
     const Tuning along_n{2, Raster::along_n};
     if (mid_size_tiles(p).small) return {f16 ? &f16_pingpong_64x64() : &bf16_pingpong_64x64(), along_n};
@@ -107,7 +107,8 @@ Choice choose(const Problem& p) {
   // scheduler's order made no difference beyond noise on these.
   if (p.RH <= 256 || square >= 3.5 * sms) {
     if (tf32) return {&tf32_pingpong_128x128(), {}};
-    if (p.RH <= 256) return {f16 ? &f16_pingpong_128x128_c2x1_epi64x128() : &bf16_pingpong_128x128_c2x1_epi64x128(), {}};
+    if (p.RH <= 256)
+      return {f16 ? &f16_pingpong_128x128_c2x1_epi64x128() : &bf16_pingpong_128x128_c2x1_epi64x128(), {}};
     return {f16 ? &f16_pingpong_128x128_c2x1_epi64x64() : &bf16_pingpong_128x128_c2x1_epi64x64(), {}};
   }
   // A few waves: the 128x256 tile moves the fewest bytes per multiply-add, unless it leaves much
@@ -116,8 +117,9 @@ Choice choose(const Problem& p) {
   const bool take_wide = wave_fill(wide) >= wave_fill(square) - 0.1;
   if (tf32) return {take_wide ? &tf32_cooperative_128x256() : &tf32_cooperative_128x128(), {}};
   if (take_wide) return {f16 ? &f16_cooperative_128x256() : &bf16_cooperative_128x256(), {}};
-  // 128x128 tiles over one or two waves: consecutive tiles along m with a swizzle of 2 were up to
-  // 14% faster than the default order (bench/results/gett_mid_size_h200.csv), never slower.
+  // 128x128 tiles over one or two waves: consecutive tiles along m with a swizzle of 2 were 2.5%
+  // faster than the default order on average, up to 14%, never slower beyond noise (0.5%)
+  // (bench/results/gett_mid_size_h200.csv).
   return {f16 ? &f16_cooperative_128x128() : &bf16_cooperative_128x128(), {2, Raster::along_m}};
 }
 
@@ -133,10 +135,10 @@ bool outruns_unfused(const Problem& p) {
   if (outputs >= kMidSizeOutputs) return true;
   // Mid-size: the fused kernel's time is one block's tile, cuBLAS's (which splits long reductions
   // between blocks) the whole problem's work spread over the GPU, plus the concatenation. So the
-  // fused kernel wins while a block's work is small (up to 2^23 multiply-adds: 1.07-1.28x faster
-  // than unfused) or its blocks fill most of the GPU (1.09-1.36x); a long reduction over half a
-  // wave lost (0.92x). A second wave of blocks, mostly idle, costs a whole block's time again:
-  // only where that is short (2^21: 1.11x, against 0.65-0.97x above it).
+  // fused kernel wins while a block's work is small (up to 2^23 multiply-adds: 1.06-1.28x faster
+  // than unfused) or its blocks fill most of the GPU (1.09-1.36x); longer work over half a wave
+  // lost or tied (0.91-1.02x). A second wave of blocks, mostly idle, costs a whole block's time
+  // again: only where that is short (2^21: 1.11x, against 0.65-0.97x above it).
   const MidSizeTiles tiles = mid_size_tiles(p);
   if (tiles.waves > 1) return tiles.block_macs <= 0x1p21;
   return tiles.block_macs <= 0x1p23 || tiles.waves >= 0.7;
