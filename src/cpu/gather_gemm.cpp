@@ -4,6 +4,7 @@
 // `#pragma GCC target`, so that only the engine itself (not inline library code shared with
 // other translation units) uses the wider instructions; the best supported one runs.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

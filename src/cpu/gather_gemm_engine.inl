@@ -294,17 +294,49 @@ inline Vec load_vector(const In* src) {
   return v;
 }
 
-// Horizontal sum as a tree: a left-to-right sum of the lanes is a chain of L dependent adds per
-// output, which would dominate at these sizes.
-template <class Acc, class Vec>
-inline Acc lane_sum(Vec v) {
+// One round of lane_sums for L lanes in groups of Group: lane i of a pair's result sums half-group
+// i % (Group / 2) of group i / (Group / 2), the first vector's groups before the second's. The two
+// shuffle patterns (lower halves, then upper), as indices into the pair.
+template <class Index, int L, int Group>
+constexpr std::array<Index, 2 * L> halving_indices() {
+  std::array<Index, 2 * L> m{};
+  const int half = Group / 2, groups = L / Group;
+  for (int i = 0; i < L; ++i) {
+    const int q = i / half, o = i % half;
+    m[i] = static_cast<Index>(q < groups ? q * Group + o : L + (q - groups) * Group + o);
+    m[L + i] = static_cast<Index>(m[i] + half);
+  }
+  return m;
+}
+
+template <class Acc, class Vec, int Group, int Vectors>
+inline void halve_groups(Vec* v) {
+  if constexpr (Group > 1) {
+    constexpr int L = Tiling<Acc>::kLanes;
+    using Index = std::conditional_t<sizeof(Acc) == 4, std::int32_t, std::int64_t>;
+    typedef Index Mask __attribute__((vector_size(sizeof(Vec))));
+    static constexpr std::array<Index, 2 * L> indices = halving_indices<Index, L, Group>();
+    Mask lo, hi;
+    std::memcpy(&lo, indices.data(), sizeof(Mask));
+    std::memcpy(&hi, indices.data() + L, sizeof(Mask));
+#pragma GCC unroll 16
+    for (int m = 0; m < Vectors / 2; ++m)
+      v[m] = __builtin_shuffle(v[2 * m], v[2 * m + 1], lo) + __builtin_shuffle(v[2 * m], v[2 * m + 1], hi);
+    halve_groups<Acc, Vec, Group / 2, Vectors / 2>(v);
+  }
+}
+
+// The lane sums of N accumulators at once, N a multiple of the lanes L: each round pairs the
+// vectors and halves their groups of lanes (two two-source shuffles and an add a pair), so that
+// log2(L) rounds leave N / L vectors of L sums, in the accumulators' order. Summed one accumulator
+// at a time, a tree of shuffles each, the sums had cost as much as the multiply-adds of a short
+// reduction.
+template <class Acc, class Vec, int N>
+inline void lane_sums(Vec (&v)[N], Acc* sums) {
   constexpr int L = Tiling<Acc>::kLanes;
-  Acc t[L];
-  std::memcpy(t, &v, sizeof(Vec));
-#pragma GCC unroll 8
-  for (int width = L / 2; width >= 1; width /= 2)
-    for (int i = 0; i < width; ++i) t[i] += t[i + width];
-  return t[0];
+  static_assert(N % L == 0);
+  halve_groups<Acc, Vec, L, N>(v);
+  std::memcpy(sums, v, sizeof(Vec) * (N / L));
 }
 
 // y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (rows, each RH long) and kt <= 4 weight
@@ -356,11 +388,20 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
       }
     }
   }
+  // All accumulators' lane sums at once, with compile-time indices, so that the accumulators stay
+  // in registers (indexed by the run-time kt, they had been kept on the stack, zeroed there with a
+  // string store on every tile: 13% of a (4, 12, 32, 56) call). Padded to whole vectors of sums.
+  constexpr int kSums = (BT * KT + L - 1) / L * L;
+  Vec all[kSums];
+#pragma GCC unroll 16
+  for (int n = 0; n < kSums; ++n) all[n] = n < BT * KT ? acc[n / KT][n % KT] : Vec{};
+  Acc sums[kSums];
+  lane_sums<Acc, Vec, kSums>(all, sums);
   const In* bias = static_cast<const In*>(p.bias);
   In* y = static_cast<In*>(p.y);
   for (int i = 0; i < BT; ++i)
     for (int j = 0; j < kt; ++j) {
-      Acc sum = lane_sum<Acc>(acc[i][j]);
+      Acc sum = sums[i * KT + j];
       for (std::int64_t t = vectors_end; t < p.RH; ++t) sum += a[i][t] * load_as<Acc>(w[j][t]);
       y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] =
           store_as<In>(sum + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0)));
