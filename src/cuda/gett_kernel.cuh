@@ -115,31 +115,33 @@ struct Gett {
 
   // What the dispatcher asks of one problem, in the order it asks: whether the configuration can
   // run it, its workspace, then the kernel's parameters (three TMA descriptors among them). All of
-  // it depends only on the problem's pointers, extents and strides and the tuning, so it is
-  // worked out once per problem and kept for the last few problems on this thread: one forward
-  // builds CUTLASS's arguments once, and calls that repeat a problem (a training loop under a
-  // caching allocator, a graph captured again) build nothing.
+  // it depends only on the problem's pointers, extents and strides (the parameters also on the
+  // tile order the call asks for), so it is worked out once per problem and kept for the last few
+  // problems on this thread: one forward builds CUTLASS's parameters once, and calls that repeat a
+  // problem (a training loop under a caching allocator, a graph captured again) build nothing.
   using Params = typename Kernel::Params;
-  using Key = std::array<std::int64_t, 18>;
+  using Key = std::array<std::int64_t, 16>;
   struct Plan {
     Key key{};
     std::string why_not;  // empty when the configuration can run the problem
     std::size_t workspace_bytes = 0;
-    Params params{};  // set when why_not is empty and there is no workspace
+    bool has_params = false;  // params are set, for params_tuning (only without workspace)
+    Tuning params_tuning{};
+    Params params{};
   };
 
-  static Key key_of(const Problem& p, Tuning tuning) {
+  static Key key_of(const Problem& p) {
     const auto address = [](const void* ptr) { return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(ptr)); };
     return {p.R, p.B, p.H, p.K, p.x_stride_r, p.x_stride_b, p.x_stride_h, p.weight_stride_k, p.y_stride_b,
             address(p.x), address(p.weight), address(p.bias), address(p.y), static_cast<std::int64_t>(p.dtype), p.device.index,
-            multiprocessor_count(p.device.index), tuning.max_swizzle, static_cast<std::int64_t>(tuning.raster)};
+            multiprocessor_count(p.device.index)};
   }
 
-  static const Plan& plan_for(const Problem& p, Tuning tuning) {
+  static Plan& plan_for(const Problem& p) {
     constexpr int kPlans = 4;
     thread_local std::array<Plan, kPlans> recent{};
     thread_local int filled = 0, next = 0;
-    const Key key = key_of(p, tuning);
+    const Key key = key_of(p);
     for (int i = 0; i < filled; ++i)
       if (recent[i].key == key) return recent[i];
     Plan& plan = recent[next];
@@ -147,22 +149,22 @@ struct Gett {
     filled = std::min(filled + 1, kPlans);
     plan.key = key;
     plan.workspace_bytes = 0;
+    plan.has_params = false;
     plan.why_not = p.dtype != kDType ? "compiled for " + std::string(dtype_name(kDType)) + " inputs"
                                      : shape_why_not(p, kTileK, sizeof(Input));
     if (!plan.why_not.empty()) return plan;
-    const Arguments args = arguments(p, tuning);
+    const Arguments args = arguments(p, {});
     if (!Kernel::can_implement(args)) {
       plan.why_not = "CUTLASS cannot implement this problem (alignment of x, weight or y)";
       return plan;
     }
     plan.workspace_bytes = Kernel::get_workspace_size(args);
-    if (plan.workspace_bytes == 0) plan.params = Kernel::to_underlying_arguments(args, nullptr);
     return plan;
   }
 
-  static std::string why_not(const Problem& p) { return plan_for(p, {}).why_not; }
+  static std::string why_not(const Problem& p) { return plan_for(p).why_not; }
 
-  static std::size_t workspace_bytes(const Problem& p) { return plan_for(p, {}).workspace_bytes; }
+  static std::size_t workspace_bytes(const Problem& p) { return plan_for(p).workspace_bytes; }
 
   static void run(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning) {
     const Params& params = params_for(p, workspace, stream, tuning);
@@ -183,8 +185,18 @@ struct Gett {
   }
 
   static const Params& params_for(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning) {
-    const Plan& plan = plan_for(p, tuning);
-    if (plan.workspace_bytes == 0) return plan.params;
+    Plan& plan = plan_for(p);
+    if (!plan.why_not.empty()) throw Error(ErrorCode::unsupported, "x", plan.why_not);
+    if (plan.workspace_bytes == 0) {
+      const bool same_order =
+          plan.params_tuning.max_swizzle == tuning.max_swizzle && plan.params_tuning.raster == tuning.raster;
+      if (!plan.has_params || !same_order) {
+        plan.params = Kernel::to_underlying_arguments(arguments(p, tuning), nullptr);
+        plan.params_tuning = tuning;
+        plan.has_params = true;
+      }
+      return plan.params;
+    }
     // Scratch the kernel writes: its parameters point into this call's workspace.
     const Arguments args = arguments(p, tuning);
     thread_local Params with_workspace{};
