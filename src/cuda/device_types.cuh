@@ -23,6 +23,35 @@ template <> __device__ __forceinline__ float from_float<float>(float v) { return
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// n / d for a divisor fixed at launch, as a multiply-high and a shift (valid for n < 2^31):
+// with l = ceil(log2 d) and m = floor(2^(31+l) / d) + 1, n*m / 2^(31+l) exceeds n/d by less
+// than 1/d, which cannot carry past the next integer.
+struct FastDivider {
+  std::uint32_t divisor = 1, multiplier = 0, shift = 0;
+  FastDivider() = default;
+  explicit FastDivider(std::uint32_t d) : divisor(d) {
+    if (d <= 1) return;
+    std::uint32_t l = 0;
+    while ((std::uint64_t{1} << l) < d) ++l;
+    multiplier = static_cast<std::uint32_t>((std::uint64_t{1} << (31 + l)) / d + 1);
+    shift = l - 1;
+  }
+  __device__ __forceinline__ std::uint32_t quotient(std::uint32_t n) const {
+    return divisor <= 1 ? n : __umulhi(n, multiplier) >> shift;
+  }
+};
+
+// Whether this build's sm_90 machine code runs on `device`: code JIT-compiled from the build's
+// older PTX (e.g. on a newer GPU) lacks the sm_90-only instructions (grid dependency control,
+// thread block clusters), so kernels use those only where this holds.
+inline bool runs_sm90_code(int device) {
+  bool built_for_sm90 = false;
+#ifdef __CUDA_ARCH_LIST__
+  for (int arch : {__CUDA_ARCH_LIST__}) built_for_sm90 = built_for_sm90 || arch == 900;
+#endif
+  return built_for_sm90 && compute_capability_major(device) == 9 && compute_capability_minor(device) == 0;
+}
+
 // Elements of T in one 16-byte access.
 template <class T> inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
 

@@ -18,24 +18,6 @@
 
 namespace gather_linear::cuda::latency {
 
-// n / d for a divisor fixed at launch, as a multiply-high and a shift (valid for n < 2^31):
-// with l = ceil(log2 d) and m = floor(2^(31+l) / d) + 1, n*m / 2^(31+l) exceeds n/d by less
-// than 1/d, which cannot carry past the next integer.
-struct FastDivider {
-  std::uint32_t divisor = 1, multiplier = 0, shift = 0;
-  FastDivider() = default;
-  explicit FastDivider(std::uint32_t d) : divisor(d) {
-    if (d <= 1) return;
-    std::uint32_t l = 0;
-    while ((std::uint64_t{1} << l) < d) ++l;
-    multiplier = static_cast<std::uint32_t>((std::uint64_t{1} << (31 + l)) / d + 1);
-    shift = l - 1;
-  }
-  __device__ __forceinline__ std::uint32_t quotient(std::uint32_t n) const {
-    return divisor <= 1 ? n : __umulhi(n, multiplier) >> shift;
-  }
-};
-
 // Sizes and tile counts that index threads fit in 31 bits (latency_kernel_why_not checks), so
 // the per-lane index arithmetic is 32-bit; element offsets stay 64-bit.
 struct LatencyArgs {
@@ -52,16 +34,8 @@ constexpr int kWarpsPerBlock = 4;
 // The wait returns once the previous grid has completed and its writes are visible, so every
 // read of x, W and bias and every write of y comes after it. Letting our own dependents launch
 // right away is safe for the same reason: they wait for our completion before touching memory.
-// Only sm_90 machine code has the wait (code JIT-compiled from the build's older PTX, e.g. on a
-// newer GPU, does not), so only there may the kernel be launched programmatically.
-inline bool runs_sm90_code(int device) {
-  bool built_for_sm90 = false;
-#ifdef __CUDA_ARCH_LIST__
-  for (int arch : {__CUDA_ARCH_LIST__}) built_for_sm90 = built_for_sm90 || arch == 900;
-#endif
-  return built_for_sm90 && compute_capability_major(device) == 9 && compute_capability_minor(device) == 0;
-}
-
+// Only sm_90 machine code has the wait, so only where it runs (runs_sm90_code) may the kernel
+// be launched programmatically.
 __device__ __forceinline__ void wait_for_prerequisite_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
