@@ -588,6 +588,8 @@ TEST_F(CudaTest, GettMidSizeChoices) {
       {{32, 512, 128, 1024}, nullptr},                    // a long reduction over half a wave
       {{32, 256, 64, 2048}, nullptr},                     // 2^24 per block, half a wave
       {{16, 640, 128, 2048}, nullptr},                    // two waves of long blocks
+      {{64, 64, 128, 8192}, nullptr},                     // a full wave of 2^26 per block
+      {{64, 16, 128, 8192}, nullptr},                     // fewer rows than a tile, long blocks
   };
   for (DType dtype : {DType::bfloat16, DType::float16})
     for (const Expected& e : cases) {

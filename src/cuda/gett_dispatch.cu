@@ -137,11 +137,16 @@ bool outruns_unfused(const Problem& p) {
   // between blocks) the whole problem's work spread over the GPU, plus the concatenation. So the
   // fused kernel wins while a block's work is small (up to 2^23 multiply-adds: 1.06-1.28x faster
   // than unfused) or its blocks fill most of the GPU (1.09-1.36x); longer work over half a wave
-  // lost or tied (0.91-1.02x). A second wave of blocks, mostly idle, costs a whole block's time
-  // again: only where that is short (2^21: 1.11x, against 0.65-0.97x above it).
+  // lost or tied (0.91-1.02x), and so did a full wave of blocks twice as long as any that won
+  // (2^26 at (64, 64, 128, 8192): 0.77x; 2^25 won 1.08x). A second wave of blocks, mostly idle,
+  // costs a whole block's time again: only where that is short (2^21: 1.11x, against 0.65-0.97x
+  // above it). With fewer rows than the smallest tile (B < 64) a block's time is reading its
+  // weight rows, which cuBLAS spreads over more SMs: only short blocks won (2^22: 1.07x; 2^23 at
+  // (16, 16, 128, 2048): 0.90-0.97x; bench/results/decode_h200.csv).
   const MidSizeTiles tiles = mid_size_tiles(p);
   if (tiles.waves > 1) return tiles.block_macs <= 0x1p21;
-  return tiles.block_macs <= 0x1p23 || tiles.waves >= 0.7;
+  if (p.B < 64) return tiles.block_macs <= 0x1p22;
+  return tiles.block_macs <= 0x1p23 || (tiles.waves >= 0.7 && tiles.block_macs <= 0x1p25);
 }
 
 }  // namespace gett
