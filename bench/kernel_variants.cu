@@ -3,13 +3,16 @@
 //     kernel (the launch floor), the dispatched choice and the unfused baseline;
 //   - the tensor-core kernel's block tile (exact float32 as 3xTF32, TF32, bfloat16) and the SIMT
 //     kernel on larger problems, against cuBLASLt GEMM-only and the unfused baseline;
+//   - the weight-streaming kernel's configurations (rows per n8 group, outputs per warp, steps in
+//     flight, warps per block, cluster splits) on decode-sized problems, against cuBLASLt
+//     GEMM-only, the unfused baseline and the latency kernel;
 //   - the Hopper GETT configurations (the library's and the unshipped candidates, see
 //     bench/CMakeLists.txt) and the tile scheduler's swizzle and raster order, bfloat16 and TF32,
 //     against cuBLASLt GEMM-only on the pre-concatenated input.
 // Each variant is checked against the unfused baseline's result before it is timed.
 // Times: median per forward over CUDA-graph replays, rotating input sets past L2.
 //
-//   kernel_variants [latency|gemm|gemm_exact|gett|gett_large|all]   > variants.csv
+//   kernel_variants [latency|gemm|gemm_exact|stream|gett|gett_large|all]   > variants.csv
 //   kernel_variants gett_large R,B,H,K                  > variants.csv   (that shape only, bfloat16)
 //   kernel_variants host                                 > host.csv
 #include <cuda_runtime.h>
@@ -32,6 +35,7 @@
 #include "cuda/mma_gemm_kernel.hpp"
 #include "cuda/simt_gemm_kernel.hpp"
 #include "cuda/unfused_cublaslt.hpp"
+#include "cuda/weight_stream_kernel.cuh"
 #include "device_values.cuh"
 #include "gett_candidates.hpp"
 #include "timing.hpp"
@@ -279,6 +283,52 @@ void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidate
   for (std::size_t i = 0; i < candidates.size(); ++i) print_row(s, in.dtype, candidates[i].name, timings[i], errors[i]);
 }
 
+template <int NG, int U>
+Run stream_variant(int warps = 0) {
+  return [=](const Problem& p, cudaStream_t st) { cuda::weight_stream::launch<__nv_bfloat16, NG, U>(p, st, {warps}); };
+}
+
+// The weight-streaming kernel on decode-sized bfloat16 problems (up to 16 rows, weights of 0.1 to
+// 128 MB): its configurations (steps in flight, warps per block),
+// interleaved with cuBLASLt GEMM-only on the pre-concatenated input, the unfused baseline and the
+// latency kernel.
+void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
+  std::vector<Shape> shapes = {{32, 1, 128, 4096},  {32, 4, 128, 4096},  {32, 8, 128, 4096}, {32, 16, 128, 4096},
+                               {64, 1, 128, 8192},  {64, 16, 128, 8192}, {48, 4, 128, 6144}, {48, 16, 128, 6144},
+                               {40, 8, 128, 5120},  {24, 16, 128, 3072}, {16, 1, 128, 2048}, {16, 16, 128, 2048},
+                               {8, 16, 128, 1024},  {8, 1, 128, 1024},   {8, 8, 512, 4096},  {12, 8, 64, 768},
+                               {26, 16, 128, 512},  {4, 12, 32, 56}};
+  if (only) shapes = {*only};
+  for (const Shape& s : shapes) {
+    Inputs in(s, DType::bfloat16, stream);
+    const Run unfused = unfused_run(in, Fp32Precision::ieee);
+    cuda::concatenate(in.sets[0], in.concatenated, stream);
+    std::vector<Candidate> candidates = {
+        {"cublaslt_gemm_only_bf16",
+         [&in](const Problem& p, cudaStream_t st) {
+           cuda::gemm_on_concatenated(p, in.concatenated, Fp32Precision::ieee, in.gemm_workspace, st);
+         },
+         false},
+        {"unfused_cublaslt_bf16", unfused, false},
+        {"latency_dispatched", [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); }, true},
+        {"stream_dispatched", [](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, st); }, true}};
+    const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
+    if (s.B <= 8) {
+      add("stream_ng1_u2", stream_variant<1, 2>());
+      add("stream_ng1_u4", stream_variant<1, 4>());
+      add("stream_ng1_u8", stream_variant<1, 8>());
+      add("stream_ng1_u4_warps4", stream_variant<1, 4>(4));
+      add("stream_ng1_u8_warps4", stream_variant<1, 8>(4));
+    } else {
+      add("stream_ng2_u2", stream_variant<2, 2>());
+      add("stream_ng2_u4", stream_variant<2, 4>());
+      add("stream_ng2_u2_warps4", stream_variant<2, 2>(4));
+      add("stream_ng2_u4_warps4", stream_variant<2, 4>(4));
+    }
+    compare(s, in, candidates, unfused, stream);
+  }
+}
+
 // GETT configurations and scheduler settings against cuBLASLt GEMM-only on the pre-concatenated
 // input (bfloat16, TF32; float16 spot checks), plus exact float32 (3xTF32 mma) against SGEMM-only.
 // `only`, when given, replaces the shape list and limits the sweep to bfloat16 (with the scheduler
@@ -416,6 +466,7 @@ int main(int argc, char** argv) {
   if (which == "latency" || which == "all") latency_sweep(stream);
   if (which == "gemm" || which == "all") gemm_sweep(stream, false);
   if (which == "gemm_exact") gemm_sweep(stream, true);
+  if (which == "stream" || which == "all") stream_sweep(stream, only);
   if (which == "gett" || which == "all") gett_sweep(stream, false, only);
   if (which == "gett_large") gett_sweep(stream, true, only);
   return 0;

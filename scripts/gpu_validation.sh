@@ -91,6 +91,10 @@ if [[ $phase == bench || $phase == all ]]; then
   timeout 200 bench/run_sweep.sh build/gpu/tools/gather-linear bench/shapes_sweep.txt "$out/sweep_tf32.csv" \
     --tf32 2> /dev/null || status=1
 
+  step "decode-sized bfloat16 sweep (a few rows against large weights)"
+  timeout 120 bench/run_sweep.sh build/gpu/tools/gather-linear bench/shapes_decode.txt "$out/sweep_decode_bf16.csv" \
+    --dtype bf16 2> /dev/null || status=1
+
   step "GETT on the largest shapes"
   timeout 120 build/gpu/bench/kernel_variants gett_large > "$out/gett_large.csv" 2>&1 || status=1
 

@@ -14,6 +14,8 @@ filter+=':CudaTest.GraphCaptureReplaysWithNewInputs:CudaTest.DeviceArgumentError
 # The GETT (16-bit and TF32) without cuBLAS beside it (racecheck reports hazards inside cuBLAS's
 # own 16-bit kernels).
 filter+=':CudaTest.GettSchedulerTuningKeepsResults:CudaTest.GettTf32RoundsOperandsToNearest'
+# The weight-streaming kernel with every division of the reduction between warps (no cuBLAS either).
+filter+=':CudaTest.WeightStreamDeterministic'
 filter=${2:-$filter}
 status=0
 for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do

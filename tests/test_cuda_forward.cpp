@@ -11,6 +11,7 @@
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cuda/gett_kernel.hpp"
+#include "cuda/weight_stream_kernel.hpp"
 #include "cuda_test_support.hpp"
 
 namespace gather_linear {
@@ -25,8 +26,10 @@ class CudaTest : public ::testing::Test {
   }
 };
 
-const char* const kFusedKernels[] = {"auto", "cuda_latency", "cuda_tensor_core_mma", "cuda_simt_tiled"};
+const char* const kFusedKernels[] = {"auto", "cuda_latency", "cuda_weight_stream", "cuda_tensor_core_mma",
+                                     "cuda_simt_tiled"};
 constexpr const char* kMma = "cuda_tensor_core_mma";
+constexpr const char* kWeightStream = "cuda_weight_stream";
 
 // The tensor-core kernel copies 16-byte chunks: it runs exactly when H is a multiple of the
 // chunk and x and W start on chunk boundaries, with no padding or strides that break chunks
@@ -34,6 +37,16 @@ constexpr const char* kMma = "cuda_tensor_core_mma";
 bool mma_can_run(const Case& c) {
   return c.layout != Layout::strided && c.layout != Layout::misaligned &&
          c.shape.H % static_cast<std::int64_t>(16 / dtype_size(c.dtype)) == 0;
+}
+// The weight-streaming kernel reads 16-byte chunks too, of up to 16 rows, in 16-bit types only.
+bool weight_stream_can_run(const Case& c) {
+  return is_low_precision(c.dtype) && c.shape.B <= cuda::kWeightStreamMaxRows && mma_can_run(c);
+}
+// Whether a kernel of kFusedKernels can run `c` when forced.
+bool can_run(const char* kernel, const Case& c) {
+  if (std::string(kernel) == kMma) return mma_can_run(c);
+  if (std::string(kernel) == kWeightStream) return weight_stream_can_run(c);
+  return true;
 }
 constexpr const char* kBaseline = "cuda_unfused_cublaslt";
 
@@ -116,16 +129,27 @@ class CudaForwardSweep : public ::testing::TestWithParam<Case> {
 
 TEST_P(CudaForwardSweep, EveryKernel) {
   const Case c = GetParam();
+  // Kernels that take only some problems, and what their refusal must say.
+  struct Limited {
+    const char* kernel;
+    bool (*can_run)(const Case&);
+    const char* refusal;
+  };
+  const Limited limited[] = {{kMma, mma_can_run, "needs 16-byte chunks"},
+                             {kWeightStream, weight_stream_can_run, ""}};
   for (const char* kernel : kFusedKernels) {
-    if (std::string(kernel) == kMma && !mma_can_run(c)) {
+    const Limited* limit = nullptr;
+    for (const Limited& l : limited)
+      if (std::string(kernel) == l.kernel) limit = &l;
+    if (limit != nullptr && !limit->can_run(c)) {
       Operands o = make_operands(c, 1);
       DeviceOperands d(o);
       try {
         d.forward(options_for(kernel));
-        ADD_FAILURE() << c << ": " << kernel << " accepted a layout it cannot read in 16-byte chunks";
+        ADD_FAILURE() << c << ": " << kernel << " accepted a problem it cannot run";
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
-        EXPECT_NE(std::string(e.what()).find("needs 16-byte chunks"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(limit->refusal), std::string::npos) << e.what();
       }
       continue;
     }
@@ -137,15 +161,17 @@ TEST_P(CudaForwardSweep, EveryKernel) {
 INSTANTIATE_TEST_SUITE_P(Sweep, CudaForwardSweep, ::testing::ValuesIn(all_cases(kShapes, kDtypes, kLayouts)),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
-// Grids of many waves and each SIMT tile configuration (64x64, 128x64, 128x128).
+// Grids of many waves and each SIMT tile configuration (64x64, 128x64, 128x128); for the
+// weight-streaming kernel, thousands of 16-output blocks (a partial one last).
 TEST_F(CudaTest, LargeGrids) {
   const Shape shapes[] = {{2, 65536, 16, 64}, {2, 64, 64, 16384}, {4, 2304, 16, 2048}, {8, 1024, 128, 1024},
-                          {8, 256, 512, 256}};  // the last: a 4096-long reduction
+                          {8, 256, 512, 256},  // a 4096-long reduction
+                          {1, 16, 64, 65536},  {2, 9, 32, 40000}};
   for (const Shape& s : shapes)
     for (DType dtype : {DType::float32, DType::bfloat16}) {
       const Case c{s, dtype, Layout::head_major, true};
       for (const char* kernel : kFusedKernels)
-        expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
+        if (can_run(kernel, c)) expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
     }
 }
 
@@ -180,9 +206,10 @@ TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
   // `misaligned` takes the unfused baseline's bias through an aligned copy (a memcpy in the graph).
   for (const Case& c : {Case{{4, 12, 32, 56}, DType::float32, Layout::head_major, true},
                         Case{{8, 300, 64, 200}, DType::float32, Layout::head_major, true},
-                        Case{{8, 300, 64, 200}, DType::float16, Layout::misaligned, true}})
-    for (const char* kernel : {"auto", "cuda_latency", kMma, "cuda_simt_tiled", kBaseline}) {
-      if (std::string(kernel) == kMma && !mma_can_run(c)) continue;
+                        Case{{8, 300, 64, 200}, DType::float16, Layout::misaligned, true},
+                        Case{{8, 12, 64, 200}, DType::float16, Layout::head_major, true}})
+    for (const char* kernel : {"auto", "cuda_latency", kWeightStream, kMma, "cuda_simt_tiled", kBaseline}) {
+      if (!can_run(kernel, c)) continue;
       Operands o = make_operands(c, 7);
       DeviceOperands d(o);
       Options options = options_for(kernel);
@@ -344,33 +371,41 @@ TEST_F(CudaTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
 }
 
 TEST_F(CudaTest, DeterministicBits) {
-  for (const char* kernel : kFusedKernels) {
-    const Case c{{8, 700, 64, 300}, DType::float32, Layout::contiguous, true};
-    Operands a = make_operands(c, 5), b = make_operands(c, 5);
-    DeviceOperands da(a), db(b);
-    da.forward(options_for(kernel));
-    db.forward(options_for(kernel));
-    CUDA_ASSERT(cudaDeviceSynchronize());
-    da.y.download(a.y);
-    db.y.download(b.y);
-    EXPECT_EQ(a.y.storage, b.y.storage) << kernel;
+  const Case cases[] = {{{8, 700, 64, 300}, DType::float32, Layout::contiguous, true},
+                        {{8, 16, 64, 300}, DType::bfloat16, Layout::contiguous, true}};
+  for (const Case& c : cases) {
+    for (const char* kernel : kFusedKernels) {
+      if (!can_run(kernel, c)) continue;
+      Operands a = make_operands(c, 5), b = make_operands(c, 5);
+      DeviceOperands da(a), db(b);
+      da.forward(options_for(kernel));
+      db.forward(options_for(kernel));
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      da.y.download(a.y);
+      db.y.download(b.y);
+      EXPECT_EQ(a.y.storage, b.y.storage) << c << " " << kernel;
+    }
   }
 }
 
 TEST_F(CudaTest, FusedKernelsAllocateNothingPerCall) {
-  const Case c{{8, 1024, 128, 1024}, DType::float32, Layout::contiguous, true};
-  Operands o = make_operands(c, 3);
-  DeviceOperands d(o);
-  for (const char* kernel : kFusedKernels) {
-    EXPECT_EQ(workspace_bytes(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for(kernel)), 0u);
-    d.forward(options_for(kernel));  // warm-up: module load
-    CUDA_ASSERT(cudaDeviceSynchronize());
-    std::size_t free_before = 0, free_after = 0, total = 0;
-    CUDA_ASSERT(cudaMemGetInfo(&free_before, &total));
-    for (int i = 0; i < 50; ++i) d.forward(options_for(kernel));
-    CUDA_ASSERT(cudaDeviceSynchronize());
-    CUDA_ASSERT(cudaMemGetInfo(&free_after, &total));
-    EXPECT_EQ(free_before, free_after) << kernel;
+  const Case cases[] = {{{8, 1024, 128, 1024}, DType::float32, Layout::contiguous, true},
+                        {{8, 16, 128, 1024}, DType::bfloat16, Layout::contiguous, true}};
+  for (const Case& c : cases) {
+    for (const char* kernel : kFusedKernels) {
+      if (!can_run(kernel, c)) continue;
+      Operands o = make_operands(c, 3);
+      DeviceOperands d(o);
+      EXPECT_EQ(workspace_bytes(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for(kernel)), 0u);
+      d.forward(options_for(kernel));  // warm-up: module load
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      std::size_t free_before = 0, free_after = 0, total = 0;
+      CUDA_ASSERT(cudaMemGetInfo(&free_before, &total));
+      for (int i = 0; i < 50; ++i) d.forward(options_for(kernel));
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      CUDA_ASSERT(cudaMemGetInfo(&free_after, &total));
+      EXPECT_EQ(free_before, free_after) << c << " " << kernel;
+    }
   }
 }
 
@@ -458,7 +493,7 @@ TEST_F(CudaTest, Float64IsRejectedOnCuda) {
   const Case c{{2, 3, 4, 5}, DType::float64, Layout::contiguous, true};
   Operands o = make_operands(c, 12);
   DeviceOperands d(o);
-  for (const char* kernel : {"auto", "cuda_latency", kMma, "cuda_simt_tiled", kBaseline}) {
+  for (const char* kernel : {"auto", "cuda_latency", kWeightStream, kMma, "cuda_simt_tiled", kBaseline}) {
     try {
       d.forward(options_for(kernel));
       ADD_FAILURE() << kernel << " accepted float64";
@@ -610,6 +645,95 @@ TEST_F(CudaTest, GettMidSizeChoices) {
       const Options automatic = options_for("auto");
       expect_accurate(c, automatic, cuda_error_of(c, automatic));
     }
+}
+
+// The weight-streaming kernel run directly with every division of the reduction between warps:
+// each row count's configuration (1-8 and 9-16 rows), reductions that end inside a 32-element
+// step (R*H = 952, 1000) or inside a warp's share, outputs that end inside a 16-output tile,
+// long reductions, and a problem of 16 rows in two.
+const Shape kWeightStreamShapes[] = {{16, 1, 128, 40}, {7, 9, 136, 33},    {3, 16, 264, 70}, {33, 13, 64, 129},
+                                     {5, 16, 200, 17}, {64, 2, 128, 300}, {1, 8, 8, 1},     {4, 12, 32, 56}};
+const cuda::WeightStreamTuning kWeightStreamTunings[] = {{}, {1}, {3}, {4}, {8}};
+
+std::string weight_stream_label(const cuda::WeightStreamTuning& t) {
+  return "weight stream, warps " + std::to_string(t.warps);
+}
+
+void run_weight_stream_on(const DeviceOperands& d, const cuda::WeightStreamTuning& tuning) {
+  cuda::run_weight_stream(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), nullptr,
+                          tuning);
+}
+
+// Each division matches the reference within twice the unfused baseline's error plus one
+// rounding unit.
+TEST_F(CudaTest, WeightStreamEveryDivision) {
+  for (DType dtype : {DType::bfloat16, DType::float16})
+    for (const Shape& shape : kWeightStreamShapes)
+      for (Layout layout : {Layout::contiguous, Layout::head_major}) {
+        const Case c{shape, dtype, layout, shape.K % 2 == 0};
+        const double baseline = cuda_error_of(c, options_for(kBaseline));
+        for (const cuda::WeightStreamTuning& tuning : kWeightStreamTunings) {
+          const std::string label = weight_stream_label(tuning);
+          const double err = error_of_run(c, 1234, label, [&](const DeviceOperands& d) { run_weight_stream_on(d, tuning); });
+          ASSERT_FALSE(std::isnan(err)) << c << " " << label << ": NaN left in y";
+          EXPECT_LE(err, 2 * baseline + rounding_unit(dtype, Fp32Precision::ieee))
+              << c << " " << label << " (baseline error " << baseline << ")";
+        }
+      }
+}
+
+// Two runs of one division write the same bits (the summation order is fixed: no atomics), and
+// every output. No cuBLAS call, so that compute-sanitizer's racecheck sees this kernel alone.
+TEST_F(CudaTest, WeightStreamDeterministic) {
+  for (const Shape& shape : kWeightStreamShapes)
+    for (const cuda::WeightStreamTuning& tuning : kWeightStreamTunings) {
+      const Case c{shape, DType::bfloat16, Layout::head_major, true};
+      std::vector<std::vector<double>> ys;
+      for (int run = 0; run < 2; ++run) {
+        Operands o = make_operands(c, 77);
+        DeviceOperands d(o);
+        run_weight_stream_on(d, tuning);
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        d.y.download(o.y);
+        EXPECT_TRUE(gaps_untouched(o.y)) << c << " " << weight_stream_label(tuning);
+        std::vector<double> y;
+        for (std::int64_t b = 0; b < c.shape.B; ++b)
+          for (std::int64_t k = 0; k < c.shape.K; ++k) y.push_back(o.y.at({b, k}));
+        ys.push_back(y);
+      }
+      for (double v : ys[0]) ASSERT_FALSE(std::isnan(v)) << c << " " << weight_stream_label(tuning) << ": NaN left in y";
+      EXPECT_EQ(ys[0], ys[1]) << c << " " << weight_stream_label(tuning);
+    }
+}
+
+// The dispatcher sends 16-bit problems of up to 16 rows against 1 to 72 MB of weight to the
+// weight-streaming kernel (where it can read them in 16-byte chunks), and nothing else; each
+// choice is accurate. (The rule counts no SMs: the same on any GPU.)
+TEST_F(CudaTest, WeightStreamChoices) {
+  struct Expected {
+    Case c;
+    bool streams;
+  };
+  const Expected cases[] = {
+      {{{32, 1, 128, 4096}, DType::bfloat16, Layout::head_major, true}, true},   // 32 MB, one row
+      {{{16, 16, 128, 2048}, DType::float16, Layout::contiguous, false}, true},  // 16 rows
+      {{{12, 8, 64, 768}, DType::bfloat16, Layout::head_major, true}, true},     // 1.1 MB
+      {{{48, 4, 128, 6144}, DType::bfloat16, Layout::contiguous, true}, true},   // 72 MB
+      {{{16, 17, 128, 2048}, DType::bfloat16, Layout::head_major, true}, false}, // 17 rows
+      {{{64, 1, 128, 8192}, DType::bfloat16, Layout::contiguous, true}, false},  // 128 MB
+      {{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true}, false},     // 14 KB: latency kernel
+      {{{16, 8, 128, 2048}, DType::float32, Layout::contiguous, true}, false},   // float32
+      {{{16, 8, 128, 2048}, DType::bfloat16, Layout::strided, true}, false},     // no 16-byte chunks
+  };
+  for (const Expected& e : cases) {
+    Operands o = make_operands(e.c, 5);
+    DeviceOperands d(o);
+    const std::string kernel(
+        select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for("auto")));
+    EXPECT_EQ(kernel == kWeightStream, e.streams) << e.c << ": " << kernel;
+    const Options automatic = options_for("auto");
+    expect_accurate(e.c, automatic, cuda_error_of(e.c, automatic));
+  }
 }
 
 // TF32 rounds each float32 operand to nearest, as cuBLAS's TF32 does. With every x and W equal to

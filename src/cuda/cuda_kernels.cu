@@ -7,6 +7,7 @@
 #include "cuda/mma_gemm_kernel.hpp"
 #include "cuda/simt_gemm_kernel.hpp"
 #include "cuda/unfused_cublaslt.hpp"
+#include "cuda/weight_stream_kernel.hpp"
 
 namespace gather_linear::cuda {
 namespace {
@@ -16,19 +17,26 @@ std::string simt_why_not(const Problem& p, const Options&) { return simt_gemm_wh
 std::string mma_why_not(const Problem& p, const Options&) { return mma_gemm_why_not(p); }
 std::string gett_why_not_entry(const Problem& p, const Options& o) { return gett_why_not(p, o.fp32_precision); }
 std::string unfused_why_not_entry(const Problem& p, const Options&) { return unfused_why_not(p); }
+std::string weight_stream_why_not_entry(const Problem& p, const Options&) { return weight_stream_why_not(p); }
 
 void latency(const Problem& p, const Options&, Workspace, CudaStream s) { run_latency_kernel(p, s); }
 void simt(const Problem& p, const Options&, Workspace, CudaStream s) { run_simt_gemm(p, s); }
 void mma(const Problem& p, const Options& o, Workspace, CudaStream s) { run_mma_gemm(p, o.fp32_precision, s); }
 void gett(const Problem& p, const Options&, Workspace w, CudaStream s) { run_gett(p, w, s); }
 void unfused(const Problem& p, const Options& o, Workspace w, CudaStream s) { run_unfused(p, o.fp32_precision, w, s); }
+void weight_stream(const Problem& p, const Options&, Workspace, CudaStream s) { run_weight_stream(p, s); }
 
-enum KernelIndex { kLatency, kMma, kGett, kSimt, kUnfused };
+enum KernelIndex { kLatency, kWeightStream, kMma, kGett, kSimt, kUnfused };
 
-const std::array<KernelEntry, 5> kKernels{{
+const std::array<KernelEntry, 6> kKernels{{
     {{"cuda_latency", DeviceType::cuda, true,
       "small problems: a warp per 2x2 output tile, 16-byte loads straight from x, shuffle reduction"},
      true, latency_why_not, nullptr, latency},
+    {{"cuda_weight_stream", DeviceType::cuda, true,
+      "up to 64 rows against a large weight (decoding): tensor cores (mma.sync) fed straight from memory, "
+      "every SM streaming its rows of W once, the reduction split between warps and clustered blocks; "
+      "float16/bfloat16, 16-byte chunks"},
+     true, weight_stream_why_not_entry, nullptr, weight_stream},
     {{"cuda_tensor_core_mma", DeviceType::cuda, true,
       "tensor-core GEMM (mma.sync): exact float32 as 3xTF32, TF32 when allowed, float16/bfloat16; "
       "cp.async copies x's slices in place (needs 16-byte chunks)"},
@@ -49,8 +57,9 @@ const std::array<KernelEntry, 5> kKernels{{
 
 std::span<const KernelEntry> kernels() { return kKernels; }
 
-// Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): the latency kernel wins
-// while the work is small; exact float32 beyond about a million outputs goes to the 3xTF32
+// Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): 16-bit problems of up to
+// 16 rows against a weight of 1 to 72 MB go to the weight-streaming kernel; the latency kernel
+// wins while the work is small; exact float32 beyond about a million outputs goes to the 3xTF32
 // tensor-core kernel; 16-bit problems beyond the latency kernel's reach and TF32 ones that fill
 // the GPU go to the Hopper GETT where it wins (gett::outruns_unfused); elsewhere, and wherever
 // cuBLAS outruns the fused kernels, the unfused baseline runs: never lose to it.
@@ -67,6 +76,13 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // 4.1-7.4 us against 3.8-4.0 for unfused and 3.3-3.5 for the GETT (4-8 M multiply-adds).
   const bool sixteen_bit = p.dtype == DType::float16 || p.dtype == DType::bfloat16;
   const bool latency_outputs = !sixteen_bit || p.outputs() < 65536;
+  // Up to 16 rows against 1 to 72 MB of 16-bit weight: read once by every SM, 1.04-2.9x faster
+  // than unfused where measured, and than the latency kernel from 1 MB; at 128 MB cuBLAS streams
+  // faster (0.90-0.93x). bench/results/weight_stream_variants_h200.csv.
+  const double weight_bytes = static_cast<double>(p.K) * static_cast<double>(p.RH) * dtype_size(p.dtype);
+  if (sixteen_bit && p.B <= kWeightStreamMaxRows && weight_bytes >= 0x1p20 && weight_bytes <= 72 * 0x1p20 &&
+      weight_stream_why_not(p).empty())
+    return kKernels[kWeightStream];
   if (macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty()) return kKernels[kLatency];
   if (exact_float32 && p.outputs() >= 786432 && mma_gemm_why_not(p).empty()) return kKernels[kMma];
   if (!exact_float32 && gett::outruns_unfused(p) && gett_why_not(p, options.fp32_precision).empty())

@@ -1,0 +1,175 @@
+// Weight-streaming kernel for decode-sized problems: up to 16 rows of x against a large weight.
+//
+//   y[b, k] = bias[k] + sum_c A[b, c] * W[k, c],   A[b, c] = x[c / H, b, c % H]
+//
+// With a few rows the work is reading W once: (32, 16, 128, 4096) in bfloat16 reads 32 MB of W
+// and 128 KB of x, about 7 us at the H200's 4.8 TB/s (measured: 13 us with launch and ramp,
+// cuBLAS's GEMM alone on the concatenated input the same). Block tiles of 64 or 128 rows (GEMM
+// kernels, the GETT) leave most SMs idle or compute padding, and cuBLAS behind the concatenation
+// pays a second launch; this kernel spreads W over every SM and reads it exactly once.
+//
+// A warp computes y^T for 16 outputs k and all rows b (8 per n8 group, NG groups) with
+// mma.sync m16n8k16: W's rows are the A operand, x's rows the B operand. Both are loaded from
+// global memory straight into fragment registers, 16 bytes per lane, with no shared-memory
+// staging. That works because the reduction may visit c in any order as long as W and x agree:
+// in each 32-element step lane (g, q) = (lane / 4, lane % 4) loads elements 8q..8q+7 of its
+// rows, and for the step's two k16 halves s the fragments' logical columns 2q, 2q+1, 2q+8, 2q+9
+// are the physical elements 8q + 4s + 0, 1, 2, 3, for A and B alike. (H is a multiple of 8, so
+// an 8-element group never straddles two slices of x.)
+//
+// The block's warps split the reduction and sum their tiles in shared memory: no workspace, no
+// atomics, the same summation order every run. (Splitting it further between the blocks of a
+// thread block cluster, their sums meeting in distributed shared memory, took 0.97-3.3x the time
+// of no split: bench/results/weight_stream_first_h200.csv, `stream_splits` rows.)
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_info.hpp"
+#include "cuda/device_types.cuh"
+#include "cuda/weight_stream_kernel.hpp"
+
+namespace gather_linear::cuda::weight_stream {
+
+struct StreamArgs {
+  Operands operands;  // x's h stride is 1, W's rows and x's slices are 16-byte aligned
+  std::uint32_t B, K, RH;
+  std::uint32_t steps;  // 32-element steps of the reduction, ceil(RH / 32)
+  FastDivider slice;     // c -> r = c / H
+};
+
+constexpr int kStep = 32;  // reduction elements per warp step: 4 lanes x 8 elements
+constexpr int kMaxWarps = 8;
+
+__device__ __forceinline__ std::uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+template <class T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                             std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// NG groups of 8 rows b, 16 outputs k per warp, U steps loaded per memory wait. A warp's steps
+// interleave with the other warps' (the block's warps together read a contiguous span of each
+// weight row). At least two blocks per SM.
+template <class T, int NG, int U>
+__global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const StreamArgs a) {
+  constexpr int kRows = 16, kCols = 8 * NG, kTile = kRows * kCols;
+  extern __shared__ float partial[];  // [warp][k within the tile][b]: each warp's tile of y^T
+  const int warps = static_cast<int>(blockDim.x / 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
+  const std::uint32_t k0 = blockIdx.x * kRows;
+  const T* x = static_cast<const T*>(a.operands.x);
+  const T* w = static_cast<const T*>(a.operands.weight);
+
+  // This lane's rows: outputs k0 + g and k0 + g + 8 of W, rows 8n + g of x.
+  const T* w_rows[2];
+  bool w_valid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const std::uint32_t k = k0 + 8 * i + g;
+    w_valid[i] = k < a.K;
+    w_rows[i] = w + static_cast<std::int64_t>(w_valid[i] ? k : 0) * a.operands.weight_stride_k;
+  }
+  std::int64_t x_rows[NG];
+  bool x_valid[NG];
+#pragma unroll
+  for (int n = 0; n < NG; ++n) {
+    const std::uint32_t b = 8 * n + g;
+    x_valid[n] = b < a.B;
+    x_rows[n] = static_cast<std::int64_t>(x_valid[n] ? b : 0) * a.operands.x_stride_b;
+  }
+
+  float acc[NG][4] = {};
+  for (std::uint32_t base = warp; base < a.steps; base += warps * U) {
+    // All U steps' loads are issued before any is used: one memory wait per U steps.
+    uint4 wv[U][2], xv[U][NG];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::uint32_t step = base + u * warps, c = step * kStep + q * 8;
+      const bool inside = c < a.RH;
+      const std::uint32_t r = a.slice.quotient(c), h = c - r * a.slice.divisor;
+      const T* slice = x + static_cast<std::int64_t>(r) * a.operands.x_stride_r + h;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)  // W is read once: stream it past L1
+        wv[u][i] = inside && w_valid[i] ? __ldcs(reinterpret_cast<const uint4*>(w_rows[i] + c)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int n = 0; n < NG; ++n)
+        xv[u][n] = inside && x_valid[n] ? __ldg(reinterpret_cast<const uint4*>(slice + x_rows[n])) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const std::uint32_t frag[4] = {word(wv[u][0], 2 * s), word(wv[u][1], 2 * s), word(wv[u][0], 2 * s + 1),
+                                       word(wv[u][1], 2 * s + 1)};
+#pragma unroll
+        for (int n = 0; n < NG; ++n) mma_m16n8k16<T>(acc[n], frag, word(xv[u][n], 2 * s), word(xv[u][n], 2 * s + 1));
+      }
+  }
+
+  // Accumulator layout of m16n8: c0, c1 at (k row g, b columns 2q, 2q+1); c2, c3 at k row g + 8.
+  float* mine = partial + warp * kTile;
+#pragma unroll
+  for (int n = 0; n < NG; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) mine[(g + 8 * (i / 2)) * kCols + 8 * n + 2 * q + i % 2] = acc[n][i];
+  __syncthreads();
+  for (int o = static_cast<int>(threadIdx.x); o < kTile; o += static_cast<int>(blockDim.x)) {
+    float sum = 0.f;
+    for (int v = 0; v < warps; ++v) sum += partial[v * kTile + o];
+    partial[o] = sum;
+  }
+  __syncthreads();
+
+  // Consecutive threads write consecutive outputs k of one row b.
+  const T* bias = static_cast<const T*>(a.operands.bias);
+  T* y = static_cast<T*>(a.operands.y);
+  for (int o = static_cast<int>(threadIdx.x); o < kTile; o += static_cast<int>(blockDim.x)) {
+    const int b = o / kRows, kk = o % kRows;
+    const std::uint32_t k = k0 + kk;
+    if (static_cast<std::uint32_t>(b) < a.B && k < a.K)
+      y[b * a.operands.y_stride_b + k] = from_float<T>(partial[kk * kCols + b] + (bias ? to_float(bias[k]) : 0.f));
+  }
+}
+
+template <class T, int NG, int U>
+void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning) {
+  constexpr int kRows = 16, kTile = kRows * 8 * NG;
+  const int device = p.device.index;
+  const auto tiles = static_cast<std::uint32_t>((p.K + kRows - 1) / kRows);
+  const auto steps = static_cast<std::uint32_t>((p.RH + kStep - 1) / kStep);
+  const int warps = tuning.warps > 0 ? std::min(tuning.warps, kMaxWarps) : kMaxWarps;
+  const StreamArgs args{operands_of(p), static_cast<std::uint32_t>(p.B), static_cast<std::uint32_t>(p.K),
+                        static_cast<std::uint32_t>(p.RH), steps,
+                        FastDivider(static_cast<std::uint32_t>(p.H))};
+
+  const int shared_bytes = warps * kTile * static_cast<int>(sizeof(float));
+  static std::atomic<bool> shared_limit_raised[kMaxDevices];
+  if (!shared_limit_raised[device].load(std::memory_order_acquire)) {
+    check(cudaFuncSetAttribute(weight_stream_kernel<T, NG, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kMaxWarps * kTile * static_cast<int>(sizeof(float))),
+          "cudaFuncSetAttribute(weight_stream_kernel)");
+    shared_limit_raised[device].store(true, std::memory_order_release);
+  }
+  weight_stream_kernel<T, NG, U>
+      <<<tiles, static_cast<unsigned>(warps * 32), static_cast<std::size_t>(shared_bytes), stream>>>(args);
+  check_launch("weight_stream_kernel");
+}
+
+}  // namespace gather_linear::cuda::weight_stream

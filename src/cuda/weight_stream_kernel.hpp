@@ -1,0 +1,24 @@
+// The weight-streaming kernel: a few rows of x (up to 16) against a large weight, as in one
+// decoding step of a language model. Entry points for the dispatcher and the benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/problem.hpp"
+#include "gather_linear/gather_linear.hpp"
+
+namespace gather_linear::cuda {
+
+// Rows of x one launch serves: every block multiplies all of them by its rows of the weight.
+inline constexpr std::int64_t kWeightStreamMaxRows = 16;
+
+// How one launch divides the work; zero takes the default.
+struct WeightStreamTuning {
+  int warps = 0;  // warps per block (1 to 8), splitting the reduction between them
+};
+
+std::string weight_stream_why_not(const Problem& p);
+void run_weight_stream(const Problem& p, CudaStream stream, WeightStreamTuning tuning = {});
+
+}  // namespace gather_linear::cuda
