@@ -596,7 +596,8 @@ TEST_F(CudaTest, GettSchedulerTuningKeepsResults) {
 
 // Mid-size 16-bit problems (under 1.5M outputs) with whole 64-element slices run fused on small
 // tiles: 64x64 below about half a wave of 128x64 tiles, 128x64 from there. cuBLAS behind the
-// concatenation keeps a long reduction over few blocks, and a second wave of blocks unless each
+// concatenation keeps a long reduction over few blocks, a full wave of very long blocks, fewer
+// rows than a tile unless each block's work is short, and a second wave of blocks unless each
 // block's work is small. From 65536 outputs the GETT also takes work small enough for the
 // latency kernel (whose 16-bit time grows with the outputs). The expected choices are the H200's
 // (132 SMs: the rule counts waves of blocks); through the dispatcher, on any sm_90, each shape is
