@@ -33,9 +33,9 @@ const std::array<KernelEntry, 6> kKernels{{
       "small problems: a warp per 2x2 output tile, 16-byte loads straight from x, shuffle reduction"},
      true, latency_why_not, nullptr, latency},
     {{"cuda_weight_stream", DeviceType::cuda, true,
-      "up to 64 rows against a large weight (decoding): tensor cores (mma.sync) fed straight from memory, "
-      "every SM streaming its rows of W once, the reduction split between warps and clustered blocks; "
-      "float16/bfloat16, 16-byte chunks"},
+      "up to 16 rows against a large weight (decoding): tensor cores (mma.sync) fed straight from memory, "
+      "every SM streaming its rows of W once, the reduction split between warps; float16/bfloat16, "
+      "16-byte chunks"},
      true, weight_stream_why_not_entry, nullptr, weight_stream},
     {{"cuda_tensor_core_mma", DeviceType::cuda, true,
       "tensor-core GEMM (mma.sync): exact float32 as 3xTF32, TF32 when allowed, float16/bfloat16; "
