@@ -24,12 +24,11 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <type_traits>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/device_info.hpp"
 #include "cuda/device_types.cuh"
+#include "cuda/mma_gemm_kernel.cuh"
 #include "cuda/weight_stream_kernel.hpp"
 
 namespace gather_linear::cuda::weight_stream {
@@ -48,21 +47,8 @@ __device__ __forceinline__ std::uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-template <class T>
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                             std::uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
+// The mma.sync family's m16n8k16 instruction for T (mma_gemm_kernel.cuh).
+template <class T> inline constexpr mma::Mode kMode = std::is_same_v<T, __half> ? mma::Mode::f16 : mma::Mode::bf16;
 
 // NG groups of 8 rows b, 16 outputs k per warp, U steps loaded per memory wait. A warp's steps
 // interleave with the other warps' (the block's warps together read a contiguous span of each
@@ -119,7 +105,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
         const std::uint32_t frag[4] = {word(wv[u][0], 2 * s), word(wv[u][1], 2 * s), word(wv[u][0], 2 * s + 1),
                                        word(wv[u][1], 2 * s + 1)};
 #pragma unroll
-        for (int n = 0; n < NG; ++n) mma_m16n8k16<T>(acc[n], frag, word(xv[u][n], 2 * s), word(xv[u][n], 2 * s + 1));
+        for (int n = 0; n < NG; ++n) {
+          const std::uint32_t x_frag[2] = {word(xv[u][n], 2 * s), word(xv[u][n], 2 * s + 1)};
+          mma::mma<kMode<T>>(acc[n], frag, x_frag);
+        }
       }
   }
 
@@ -151,7 +140,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
 template <class T, int NG, int U>
 void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning) {
   constexpr int kRows = 16, kTile = kRows * 8 * NG;
-  const int device = p.device.index;
   const auto tiles = static_cast<std::uint32_t>((p.K + kRows - 1) / kRows);
   const auto steps = static_cast<std::uint32_t>((p.RH + kStep - 1) / kStep);
   const int warps = tuning.warps > 0 ? std::min(tuning.warps, kMaxWarps) : kMaxWarps;
@@ -159,14 +147,9 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning) {
                         static_cast<std::uint32_t>(p.RH), steps,
                         FastDivider(static_cast<std::uint32_t>(p.H))};
 
+  // Each warp's tile of sums: within the 48 KB any launch may take without raising its limit.
+  static_assert(kMaxWarps * kTile * sizeof(float) <= 48 * 1024);
   const int shared_bytes = warps * kTile * static_cast<int>(sizeof(float));
-  static std::atomic<bool> shared_limit_raised[kMaxDevices];
-  if (!shared_limit_raised[device].load(std::memory_order_acquire)) {
-    check(cudaFuncSetAttribute(weight_stream_kernel<T, NG, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               kMaxWarps * kTile * static_cast<int>(sizeof(float))),
-          "cudaFuncSetAttribute(weight_stream_kernel)");
-    shared_limit_raised[device].store(true, std::memory_order_release);
-  }
   weight_stream_kernel<T, NG, U>
       <<<tiles, static_cast<unsigned>(warps * 32), static_cast<std::size_t>(shared_bytes), stream>>>(args);
   check_launch("weight_stream_kernel");
