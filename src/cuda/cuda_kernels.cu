@@ -79,7 +79,7 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // Up to 16 rows against 1 to 72 MB of 16-bit weight: read once by every SM, 1.04-2.9x faster
   // than unfused where measured, and than the latency kernel from 1 MB; at 128 MB cuBLAS streams
   // faster (0.90-0.93x). bench/results/weight_stream_variants_h200.csv.
-  const double weight_bytes = static_cast<double>(p.K) * static_cast<double>(p.RH) * dtype_size(p.dtype);
+  const double weight_bytes = static_cast<double>(p.weight_bytes());
   if (sixteen_bit && p.B <= kWeightStreamMaxRows && weight_bytes >= 0x1p20 && weight_bytes <= 72 * 0x1p20 &&
       weight_stream_why_not(p).empty())
     return kKernels[kWeightStream];
