@@ -284,8 +284,10 @@ void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidate
 }
 
 template <int NG, int U>
-Run stream_variant(int warps = 0) {
-  return [=](const Problem& p, cudaStream_t st) { cuda::weight_stream::launch<__nv_bfloat16, NG, U>(p, st, {warps}); };
+Run stream_variant(int warps = 0, bool programmatic = true) {
+  return [=](const Problem& p, cudaStream_t st) {
+    cuda::weight_stream::launch<__nv_bfloat16, NG, U>(p, st, {warps}, programmatic);
+  };
 }
 
 // The weight-streaming kernel on decode-sized bfloat16 problems (up to 16 rows, weights of 0.1 to
@@ -317,11 +319,13 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
       add("stream_ng1_u2", stream_variant<1, 2>());
       add("stream_ng1_u4", stream_variant<1, 4>());
       add("stream_ng1_u8", stream_variant<1, 8>());
+      add("stream_ng1_u4_no_pdl", stream_variant<1, 4>(0, false));
       add("stream_ng1_u4_warps4", stream_variant<1, 4>(4));
       add("stream_ng1_u8_warps4", stream_variant<1, 8>(4));
     } else {
       add("stream_ng2_u2", stream_variant<2, 2>());
       add("stream_ng2_u4", stream_variant<2, 4>());
+      add("stream_ng2_u2_no_pdl", stream_variant<2, 2>(0, false));
       add("stream_ng2_u2_warps4", stream_variant<2, 2>(4));
       add("stream_ng2_u4_warps4", stream_variant<2, 4>(4));
     }

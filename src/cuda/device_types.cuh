@@ -52,6 +52,21 @@ inline bool runs_sm90_code(int device) {
   return built_for_sm90 && compute_capability_major(device) == 9 && compute_capability_minor(device) == 0;
 }
 
+// Programmatic dependent launch (Hopper): when a kernel is launched with programmatic stream
+// serialization, its blocks may start while the previous kernel in the stream is still
+// finishing; everything before this call (index arithmetic) then overlaps that kernel's tail.
+// The wait returns once the previous grid has completed and its writes are visible, so every
+// read of x, W and bias and every write of y comes after it. Letting our own dependents launch
+// right away is safe for the same reason: they wait for our completion before touching memory.
+// Only sm_90 machine code has the wait, so only where it runs (runs_sm90_code) may a kernel
+// be launched programmatically.
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Elements of T in one 16-byte access.
 template <class T> inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
 

@@ -28,21 +28,6 @@ struct LatencyArgs {
 
 constexpr int kWarpsPerBlock = 4;
 
-// Programmatic dependent launch (Hopper): when this kernel is launched with programmatic
-// stream serialization, its blocks may start while the previous kernel in the stream is still
-// finishing; everything before this call (index arithmetic) then overlaps that kernel's tail.
-// The wait returns once the previous grid has completed and its writes are visible, so every
-// read of x, W and bias and every write of y comes after it. Letting our own dependents launch
-// right away is safe for the same reason: they wait for our completion before touching memory.
-// Only sm_90 machine code has the wait, so only where it runs (runs_sm90_code) may the kernel
-// be launched programmatically.
-__device__ __forceinline__ void wait_for_prerequisite_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
 template <class T, int VEC, int TB, int TK, int SPLIT, int UNROLL, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a) {
   static_assert(TB * TK <= SPLIT && 32 % SPLIT == 0, "one lane of the group writes each output of its tile");

@@ -81,6 +81,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
     x_rows[n] = static_cast<std::int64_t>(x_valid[n] ? b : 0) * a.operands.x_stride_b;
   }
 
+  // Launched programmatically, the blocks start while the previous kernel finishes: meanwhile
+  // each lane asks L2 for its first steps of its weight rows (a prefetch cannot read stale data:
+  // L2 is where every write lands), then waits for that kernel before reading anything.
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const std::uint32_t c = (warp + u * warps) * kStep + q * 8;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (c < a.RH && w_valid[i]) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w_rows[i] + c));
+  }
+  wait_for_prerequisite_grid();
+
   float acc[NG][4] = {};
   for (std::uint32_t base = warp; base < a.steps; base += warps * U) {
     // All U steps' loads are issued before any is used: one memory wait per U steps.
@@ -137,8 +149,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
   }
 }
 
+// Enqueues the kernel, as a programmatic dependent launch where the GPU runs this build's sm_90
+// code (unless `programmatic` is false: the benchmark's comparison).
 template <class T, int NG, int U>
-void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning) {
+void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool programmatic = true) {
   constexpr int kRows = 16, kTile = kRows * 8 * NG;
   const auto tiles = static_cast<std::uint32_t>((p.K + kRows - 1) / kRows);
   const auto steps = static_cast<std::uint32_t>((p.RH + kStep - 1) / kStep);
@@ -150,9 +164,19 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning) {
   // Each warp's tile of sums: within the 48 KB any launch may take without raising its limit.
   static_assert(kMaxWarps * kTile * sizeof(float) <= 48 * 1024);
   const int shared_bytes = warps * kTile * static_cast<int>(sizeof(float));
-  weight_stream_kernel<T, NG, U>
-      <<<tiles, static_cast<unsigned>(warps * 32), static_cast<std::size_t>(shared_bytes), stream>>>(args);
-  check_launch("weight_stream_kernel");
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(tiles);
+  config.blockDim = dim3(static_cast<unsigned>(warps * 32));
+  config.dynamicSmemBytes = static_cast<std::size_t>(shared_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic && runs_sm90_code(p.device.index)) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  check(cudaLaunchKernelEx(&config, weight_stream_kernel<T, NG, U>, args), "weight_stream_kernel");
 }
 
 }  // namespace gather_linear::cuda::weight_stream
