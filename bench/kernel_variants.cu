@@ -286,12 +286,13 @@ void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidate
 template <int NG, int U>
 Run stream_variant(int warps = 0, bool programmatic = true) {
   return [=](const Problem& p, cudaStream_t st) {
-    cuda::weight_stream::launch<__nv_bfloat16, NG, U>(p, st, {warps}, programmatic);
+    cuda::weight_stream::launch<cuda::mma::Mode::bf16, NG, U>(p, st, {warps}, programmatic);
   };
 }
 
-// The weight-streaming kernel on decode-sized bfloat16 problems (up to 16 rows, weights of 0.1 to
-// 128 MB): its configurations (steps in flight, warps per block),
+// The weight-streaming kernel on decode-sized problems (up to 16 rows, weights of 0.1 to 128 MB):
+// its configurations in bfloat16 (steps in flight, warps per block, plain launch), and its
+// float32 modes (exact, TF32),
 // interleaved with cuBLASLt GEMM-only on the pre-concatenated input, the unfused baseline and the
 // latency kernel.
 void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
@@ -313,7 +314,8 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
          false},
         {"unfused_cublaslt_bf16", unfused, false},
         {"latency_dispatched", [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); }, true},
-        {"stream_dispatched", [](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, st); }, true}};
+        {"stream_dispatched",
+         [](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, Fp32Precision::ieee, st); }, true}};
     const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
     if (s.B <= 8) {
       add("stream_ng1_u2", stream_variant<1, 2>());
@@ -330,6 +332,31 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
       add("stream_ng2_u4_warps4", stream_variant<2, 4>(4));
     }
     compare(s, in, candidates, unfused, stream);
+  }
+  // float32, exact (3xTF32 against SGEMM) and TF32: the kernel's configuration per row count,
+  // against cuBLASLt GEMM-only, unfused and the latency kernel in the same precision.
+  const Shape float32_shapes[] = {{32, 1, 128, 4096}, {32, 8, 128, 4096}, {32, 16, 128, 4096}, {16, 1, 128, 2048},
+                                  {16, 16, 128, 2048}, {8, 16, 128, 1024}, {12, 8, 64, 768}};
+  for (const Shape& s : float32_shapes) {
+    if (only && !(s.R == only->R && s.B == only->B && s.H == only->H && s.K == only->K)) continue;
+    Inputs in(s, DType::float32, stream);
+    for (Fp32Precision precision : {Fp32Precision::ieee, Fp32Precision::tf32}) {
+      const std::string mode = precision == Fp32Precision::tf32 ? "tf32" : "f32";
+      const Run unfused = unfused_run(in, precision);
+      cuda::concatenate(in.sets[0], in.concatenated, stream);
+      compare(s, in,
+              {{"cublaslt_gemm_only_" + mode,
+                [&in, precision](const Problem& p, cudaStream_t st) {
+                  cuda::gemm_on_concatenated(p, in.concatenated, precision, in.gemm_workspace, st);
+                },
+                false},
+               {"unfused_cublaslt_" + mode, unfused, false},
+               {"latency_dispatched_" + mode, [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); },
+                true},
+               {"stream_dispatched_" + mode,
+                [precision](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st); }, true}},
+              unfused, stream);
+    }
   }
 }
 

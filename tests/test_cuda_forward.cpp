@@ -38,10 +38,8 @@ bool mma_can_run(const Case& c) {
   return c.layout != Layout::strided && c.layout != Layout::misaligned &&
          c.shape.H % static_cast<std::int64_t>(16 / dtype_size(c.dtype)) == 0;
 }
-// The weight-streaming kernel reads 16-byte chunks too, of up to 16 rows, in 16-bit types only.
-bool weight_stream_can_run(const Case& c) {
-  return is_low_precision(c.dtype) && c.shape.B <= cuda::kWeightStreamMaxRows && mma_can_run(c);
-}
+// The weight-streaming kernel reads 16-byte chunks too, of up to 16 rows.
+bool weight_stream_can_run(const Case& c) { return c.shape.B <= cuda::kWeightStreamMaxRows && mma_can_run(c); }
 // Whether a kernel of kFusedKernels can run `c` when forced.
 bool can_run(const char* kernel, const Case& c) {
   if (std::string(kernel) == kMma) return mma_can_run(c);
@@ -650,24 +648,32 @@ std::string weight_stream_label(const cuda::WeightStreamTuning& t) {
   return "weight stream, warps " + std::to_string(t.warps);
 }
 
-void run_weight_stream_on(const DeviceOperands& d, const cuda::WeightStreamTuning& tuning) {
-  cuda::run_weight_stream(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), nullptr,
-                          tuning);
+void run_weight_stream_on(const DeviceOperands& d, const cuda::WeightStreamTuning& tuning,
+                          Fp32Precision precision = Fp32Precision::ieee) {
+  cuda::run_weight_stream(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), precision,
+                          nullptr, tuning);
 }
 
-// Each division matches the reference within twice the unfused baseline's error plus one
-// rounding unit.
+// Each division matches the reference: float32 within 1e-5 (3xTF32), 16-bit and TF32 within
+// twice the unfused baseline's error (in TF32 for TF32) plus one rounding unit.
 TEST_F(CudaTest, WeightStreamEveryDivision) {
-  for (DType dtype : {DType::bfloat16, DType::float16})
+  const std::pair<DType, Fp32Precision> modes[] = {{DType::bfloat16, Fp32Precision::ieee},
+                                                   {DType::float16, Fp32Precision::ieee},
+                                                   {DType::float32, Fp32Precision::ieee},
+                                                   {DType::float32, Fp32Precision::tf32}};
+  for (const auto& [dtype, precision] : modes)
     for (const Shape& shape : kWeightStreamShapes)
       for (Layout layout : {Layout::contiguous, Layout::head_major}) {
         const Case c{shape, dtype, layout, shape.K % 2 == 0};
-        const double baseline = cuda_error_of(c, options_for(kBaseline));
+        const bool exact = dtype == DType::float32 && precision == Fp32Precision::ieee;
+        const double baseline = exact ? 0.0 : cuda_error_of(c, options_for(kBaseline, precision));
         for (const cuda::WeightStreamTuning& tuning : kWeightStreamTunings) {
-          const std::string label = weight_stream_label(tuning);
-          const double err = error_of_run(c, 1234, label, [&](const DeviceOperands& d) { run_weight_stream_on(d, tuning); });
+          const std::string label = weight_stream_label(tuning) + (precision == Fp32Precision::tf32 ? ", tf32" : "");
+          const double err = error_of_run(c, 1234, label, [&](const DeviceOperands& d) {
+            run_weight_stream_on(d, tuning, precision);
+          });
           ASSERT_FALSE(std::isnan(err)) << c << " " << label << ": NaN left in y";
-          EXPECT_LE(err, 2 * baseline + rounding_unit(dtype, Fp32Precision::ieee))
+          EXPECT_LE(err, exact ? 1e-5 : 2 * baseline + rounding_unit(dtype, precision))
               << c << " " << label << " (baseline error " << baseline << ")";
         }
       }

@@ -24,7 +24,9 @@ void simt(const Problem& p, const Options&, Workspace, CudaStream s) { run_simt_
 void mma(const Problem& p, const Options& o, Workspace, CudaStream s) { run_mma_gemm(p, o.fp32_precision, s); }
 void gett(const Problem& p, const Options&, Workspace w, CudaStream s) { run_gett(p, w, s); }
 void unfused(const Problem& p, const Options& o, Workspace w, CudaStream s) { run_unfused(p, o.fp32_precision, w, s); }
-void weight_stream(const Problem& p, const Options&, Workspace, CudaStream s) { run_weight_stream(p, s); }
+void weight_stream(const Problem& p, const Options& o, Workspace, CudaStream s) {
+  run_weight_stream(p, o.fp32_precision, s);
+}
 
 enum KernelIndex { kLatency, kWeightStream, kMma, kGett, kSimt, kUnfused };
 
@@ -35,7 +37,7 @@ const std::array<KernelEntry, 6> kKernels{{
     {{"cuda_weight_stream", DeviceType::cuda, true,
       "up to 16 rows against a large weight (decoding): tensor cores (mma.sync) fed straight from memory, "
       "every SM streaming its rows of W once, the reduction split between warps; float16/bfloat16, "
-      "16-byte chunks"},
+      "float32 as 3xTF32 (TF32 when allowed); 16-byte chunks"},
      true, weight_stream_why_not_entry, nullptr, weight_stream},
     {{"cuda_tensor_core_mma", DeviceType::cuda, true,
       "tensor-core GEMM (mma.sync): exact float32 as 3xTF32, TF32 when allowed, float16/bfloat16; "

@@ -5,40 +5,40 @@
 namespace gather_linear::cuda {
 namespace weight_stream {
 
-// One or two n8 groups of rows, 16 outputs per warp, eight warps. Steps in flight: four for up to
+// One or two n8 groups of rows, 16 outputs per warp, eight warps (measured in bfloat16). Steps in flight: four for up to
 // 8 rows, two for 16 (their loads of x double; four took up to 1.4x the time against 72-128 MB
 // weights). Four warps took 0.94-1.52x the time of eight; a warp's steps consecutive rather than
 // interleaved (a variant since removed) 0.98-1.07x (bench/results/weight_stream_variants_h200.csv).
-template <class T>
+template <mma::Mode M>
 void launch_for_rows(const Problem& p, CudaStream stream, WeightStreamTuning tuning) {
   if (p.B <= 8)
-    launch<T, 1, 4>(p, stream, tuning);
+    launch<M, 1, 4>(p, stream, tuning);
   else
-    launch<T, 2, 2>(p, stream, tuning);
+    launch<M, 2, 2>(p, stream, tuning);
 }
 
 }  // namespace weight_stream
 
 std::string weight_stream_why_not(const Problem& p) {
   if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
-  if (p.dtype != DType::float16 && p.dtype != DType::bfloat16)
-    return "supports float16 and bfloat16, got " + std::string(dtype_name(p.dtype));
   if (p.B > kWeightStreamMaxRows)
     return "serves at most " + std::to_string(kWeightStreamMaxRows) + " rows of x (B), got " + std::to_string(p.B);
-  if (!gather_vectorizable(p, 8))
-    return "needs 16-byte chunks: H a multiple of 8 elements, x contiguous along H, x's and W's strides multiples "
-           "of 16 bytes, 16-byte aligned x and W";
+  if (!gather_vectorizable(p, static_cast<int>(16 / dtype_size(p.dtype))))
+    return "needs 16-byte chunks: H a multiple of " + std::to_string(16 / dtype_size(p.dtype)) +
+           " elements, x contiguous along H, x's and W's strides multiples of 16 bytes, 16-byte aligned x and W";
   // 32-bit reduction and output indices (the fast division needs values below 2^31).
   if (p.RH >= (std::int64_t{1} << 30) || p.K >= (std::int64_t{1} << 31) - 32)
     return "too large for 32-bit indexing (R*H below 2^30, K below 2^31 - 32)";
   return {};
 }
 
-void run_weight_stream(const Problem& p, CudaStream stream, WeightStreamTuning tuning) {
-  if (p.dtype == DType::float16)
-    weight_stream::launch_for_rows<__half>(p, stream, tuning);
-  else
-    weight_stream::launch_for_rows<__nv_bfloat16>(p, stream, tuning);
+void run_weight_stream(const Problem& p, Fp32Precision precision, CudaStream stream, WeightStreamTuning tuning) {
+  switch (mma_mode_for(p, precision)) {
+    case mma::Mode::f16: weight_stream::launch_for_rows<mma::Mode::f16>(p, stream, tuning); break;
+    case mma::Mode::bf16: weight_stream::launch_for_rows<mma::Mode::bf16>(p, stream, tuning); break;
+    case mma::Mode::tf32: weight_stream::launch_for_rows<mma::Mode::tf32>(p, stream, tuning); break;
+    case mma::Mode::tf32x3: weight_stream::launch_for_rows<mma::Mode::tf32x3>(p, stream, tuning); break;
+  }
 }
 
 }  // namespace gather_linear::cuda

@@ -1,4 +1,6 @@
 // Weight-streaming kernel for decode-sized problems: up to 16 rows of x against a large weight.
+// bfloat16 and float16 on m16n8k16 MMAs; float32 as TF32 (m16n8k8, operands rounded to nearest)
+// when TF32 is allowed, else exact as 3xTF32 (as the mma.sync GEMM family: mma_gemm_kernel.cuh).
 //
 //   y[b, k] = bias[k] + sum_c A[b, c] * W[k, c],   A[b, c] = x[c / H, b, c % H]
 //
@@ -12,10 +14,11 @@
 // mma.sync m16n8k16: W's rows are the A operand, x's rows the B operand. Both are loaded from
 // global memory straight into fragment registers, 16 bytes per lane, with no shared-memory
 // staging. That works because the reduction may visit c in any order as long as W and x agree:
-// in each 32-element step lane (g, q) = (lane / 4, lane % 4) loads elements 8q..8q+7 of its
-// rows, and for the step's two k16 halves s the fragments' logical columns 2q, 2q+1, 2q+8, 2q+9
-// are the physical elements 8q + 4s + 0, 1, 2, 3, for A and B alike. (H is a multiple of 8, so
-// an 8-element group never straddles two slices of x.)
+// in each step (4 lanes x 16 bytes) lane (g, q) = (lane / 4, lane % 4) loads 16 bytes at word
+// 4q of the step in each of its rows, and for the step's two halves s the fragment registers
+// that hold logical columns (2q, 2q+1), (2q+8, 2q+9) of a k16 tile (16-bit), or columns q, q+4
+// of a k8 tile (float32), take the lane's words 2s and 2s + 1, for A and B alike. (H is a
+// multiple of a 16-byte group, so a group never straddles two slices of x.)
 //
 // The block's warps split the reduction and sum their tiles in shared memory: no workspace, no
 // atomics, the same summation order every run. (Splitting it further between the blocks of a
@@ -24,7 +27,6 @@
 #pragma once
 
 #include <algorithm>
-#include <type_traits>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_types.cuh"
@@ -36,25 +38,46 @@ namespace gather_linear::cuda::weight_stream {
 struct StreamArgs {
   Operands operands;  // x's h stride is 1, W's rows and x's slices are 16-byte aligned
   std::uint32_t B, K, RH;
-  std::uint32_t steps;  // 32-element steps of the reduction, ceil(RH / 32)
+  std::uint32_t steps;  // 64-byte steps of the reduction (32 16-bit or 16 float32 elements)
   FastDivider slice;     // c -> r = c / H
 };
 
-constexpr int kStep = 32;  // reduction elements per warp step: 4 lanes x 8 elements
 constexpr int kMaxWarps = 8;
+
+// Elements of one lane's 16-byte group, and of one warp step (4 lanes' groups).
+template <class T> inline constexpr int kGroup = 16 / static_cast<int>(sizeof(T));
+template <class T> inline constexpr int kStep = 4 * kGroup<T>;
 
 __device__ __forceinline__ std::uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// The mma.sync family's m16n8k16 instruction for T (mma_gemm_kernel.cuh).
-template <class T> inline constexpr mma::Mode kMode = std::is_same_v<T, __half> ? mma::Mode::f16 : mma::Mode::bf16;
+// acc += A * B for one fragment pair in mode M: 3xTF32 as big and small parts (small*small
+// dropped), TF32 rounded to nearest, 16-bit as is.
+template <mma::Mode M>
+__device__ __forceinline__ void multiply_add(float (&acc)[4], std::uint32_t (&a)[4], std::uint32_t (&b)[2]) {
+  if constexpr (M == mma::Mode::tf32x3) {
+    std::uint32_t a_small[4], b_small[2];
+    mma::split_tf32(a, a, a_small);
+    mma::split_tf32(b, b, b_small);
+    mma::mma<M>(acc, a_small, b);
+    mma::mma<M>(acc, a, b_small);
+    mma::mma<M>(acc, a, b);
+  } else {
+    if constexpr (M == mma::Mode::tf32) {
+      mma::round_tf32(a);
+      mma::round_tf32(b);
+    }
+    mma::mma<M>(acc, a, b);
+  }
+}
 
 // NG groups of 8 rows b, 16 outputs k per warp, U steps loaded per memory wait. A warp's steps
 // interleave with the other warps' (the block's warps together read a contiguous span of each
 // weight row). At least two blocks per SM.
-template <class T, int NG, int U>
+template <mma::Mode M, int NG, int U>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const StreamArgs a) {
+  using T = typename mma::ModeTraits<M>::Element;
   constexpr int kRows = 16, kCols = 8 * NG, kTile = kRows * kCols;
   extern __shared__ float partial[];  // [warp][k within the tile][b]: each warp's tile of y^T
   const int warps = static_cast<int>(blockDim.x / 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -86,20 +109,23 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
   // L2 is where every write lands), then waits for that kernel before reading anything.
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const std::uint32_t c = (warp + u * warps) * kStep + q * 8;
+    const std::uint32_t c = (warp + u * warps) * kStep<T> + q * kGroup<T>;
 #pragma unroll
     for (int i = 0; i < 2; ++i)
       if (c < a.RH && w_valid[i]) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w_rows[i] + c));
   }
   wait_for_prerequisite_grid();
 
-  float acc[NG][4] = {};
+  // 3xTF32's tensor-core sums do not round to nearest: each round of U steps is added into
+  // CUDA-core totals (as the mma.sync GEMM's promotion does), so the bias does not grow with R*H.
+  constexpr bool kPromote = M == mma::Mode::tf32x3;
+  float acc[NG][4] = {}, total[kPromote ? NG : 1][4] = {};
   for (std::uint32_t base = warp; base < a.steps; base += warps * U) {
     // All U steps' loads are issued before any is used: one memory wait per U steps.
     uint4 wv[U][2], xv[U][NG];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const std::uint32_t step = base + u * warps, c = step * kStep + q * 8;
+      const std::uint32_t step = base + u * warps, c = step * kStep<T> + q * kGroup<T>;
       const bool inside = c < a.RH;
       const std::uint32_t r = a.slice.quotient(c), h = c - r * a.slice.divisor;
       const T* slice = x + static_cast<std::int64_t>(r) * a.operands.x_stride_r + h;
@@ -113,15 +139,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const std::uint32_t frag[4] = {word(wv[u][0], 2 * s), word(wv[u][1], 2 * s), word(wv[u][0], 2 * s + 1),
-                                       word(wv[u][1], 2 * s + 1)};
+      for (int s = 0; s < 2; ++s)
 #pragma unroll
         for (int n = 0; n < NG; ++n) {
-          const std::uint32_t x_frag[2] = {word(xv[u][n], 2 * s), word(xv[u][n], 2 * s + 1)};
-          mma::mma<kMode<T>>(acc[n], frag, x_frag);
+          std::uint32_t frag[4] = {word(wv[u][0], 2 * s), word(wv[u][1], 2 * s), word(wv[u][0], 2 * s + 1),
+                                   word(wv[u][1], 2 * s + 1)};
+          std::uint32_t x_frag[2] = {word(xv[u][n], 2 * s), word(xv[u][n], 2 * s + 1)};
+          multiply_add<M>(acc[n], frag, x_frag);
         }
-      }
+    if constexpr (kPromote) {
+#pragma unroll
+      for (int n = 0; n < NG; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          total[n][i] += acc[n][i];
+          acc[n][i] = 0.f;
+        }
+    }
+  }
+  if constexpr (kPromote) {
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[n][i] = total[n][i];
   }
 
   // Accumulator layout of m16n8: c0, c1 at (k row g, b columns 2q, 2q+1); c2, c3 at k row g + 8.
@@ -151,11 +191,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
 
 // Enqueues the kernel, as a programmatic dependent launch where the GPU runs this build's sm_90
 // code (unless `programmatic` is false: the benchmark's comparison).
-template <class T, int NG, int U>
+template <mma::Mode M, int NG, int U>
 void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool programmatic = true) {
+  using T = typename mma::ModeTraits<M>::Element;
   constexpr int kRows = 16, kTile = kRows * 8 * NG;
   const auto tiles = static_cast<std::uint32_t>((p.K + kRows - 1) / kRows);
-  const auto steps = static_cast<std::uint32_t>((p.RH + kStep - 1) / kStep);
+  const auto steps = static_cast<std::uint32_t>((p.RH + kStep<T> - 1) / kStep<T>);
   const int warps = tuning.warps > 0 ? std::min(tuning.warps, kMaxWarps) : kMaxWarps;
   const StreamArgs args{operands_of(p), static_cast<std::uint32_t>(p.B), static_cast<std::uint32_t>(p.K),
                         static_cast<std::uint32_t>(p.RH), steps,
@@ -176,7 +217,7 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool
     config.attrs = &attribute;
     config.numAttrs = 1;
   }
-  check(cudaLaunchKernelEx(&config, weight_stream_kernel<T, NG, U>, args), "weight_stream_kernel");
+  check(cudaLaunchKernelEx(&config, weight_stream_kernel<M, NG, U>, args), "weight_stream_kernel");
 }
 
 }  // namespace gather_linear::cuda::weight_stream

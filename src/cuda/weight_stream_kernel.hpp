@@ -19,6 +19,7 @@ struct WeightStreamTuning {
 };
 
 std::string weight_stream_why_not(const Problem& p);
-void run_weight_stream(const Problem& p, CudaStream stream, WeightStreamTuning tuning = {});
+// float32 runs as TF32 under Fp32Precision::tf32, else as exact 3xTF32.
+void run_weight_stream(const Problem& p, Fp32Precision precision, CudaStream stream, WeightStreamTuning tuning = {});
 
 }  // namespace gather_linear::cuda
