@@ -3,8 +3,9 @@
 //     kernel (the launch floor), the dispatched choice and the unfused baseline;
 //   - the tensor-core kernel's block tile (exact float32 as 3xTF32, TF32, bfloat16) and the SIMT
 //     kernel on larger problems, against cuBLASLt GEMM-only and the unfused baseline;
-//   - the weight-streaming kernel's configurations (rows per n8 group, outputs per warp, steps in
-//     flight, warps per block, cluster splits) on decode-sized problems, against cuBLASLt
+//   - the weight-streaming kernel's configurations (steps in flight; as a programmatic launch
+//     with or without its L2 prefetch, letting the next kernel launch early or late; a plain
+//     launch) on decode-sized problems, bfloat16 and float32 (exact, TF32), against cuBLASLt
 //     GEMM-only, the unfused baseline and the latency kernel;
 //   - the Hopper GETT configurations (the library's and the unshipped candidates, see
 //     bench/CMakeLists.txt) and the tile scheduler's swizzle and raster order, bfloat16 and TF32,
@@ -284,17 +285,17 @@ void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidate
 }
 
 template <int NG, int U>
-Run stream_variant(int warps = 0, bool programmatic = true) {
+Run stream_variant(cuda::WeightStreamTuning tuning = {}, bool programmatic = true) {
   return [=](const Problem& p, cudaStream_t st) {
-    cuda::weight_stream::launch<cuda::mma::Mode::bf16, NG, U>(p, st, {warps}, programmatic);
+    cuda::weight_stream::launch<cuda::mma::Mode::bf16, NG, U>(p, st, tuning, programmatic);
   };
 }
 
 // The weight-streaming kernel on decode-sized problems (up to 16 rows, weights of 0.1 to 128 MB):
-// its configurations in bfloat16 (steps in flight, warps per block, plain launch), and its
-// float32 modes (exact, TF32),
-// interleaved with cuBLASLt GEMM-only on the pre-concatenated input, the unfused baseline and the
-// latency kernel.
+// its configurations in bfloat16 (steps in flight; as a programmatic launch with or without the
+// L2 prefetch, letting the next kernel launch early or late; a plain launch), and its float32
+// modes (exact, TF32), interleaved with cuBLASLt GEMM-only on the pre-concatenated input, the
+// unfused baseline and the latency kernel.
 void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
   std::vector<Shape> shapes = {{32, 1, 128, 4096},  {32, 4, 128, 4096},  {32, 8, 128, 4096}, {32, 16, 128, 4096},
                                {64, 1, 128, 8192},  {64, 16, 128, 8192}, {48, 4, 128, 6144}, {48, 16, 128, 6144},
@@ -302,6 +303,9 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
                                {8, 16, 128, 1024},  {8, 1, 128, 1024},   {8, 8, 512, 4096},  {12, 8, 64, 768},
                                {26, 16, 128, 512},  {4, 12, 32, 56}};
   if (only) shapes = {*only};
+  using cuda::DependentLaunch;
+  const cuda::WeightStreamTuning early{0, true, DependentLaunch::early}, late{0, true, DependentLaunch::late},
+      early_no_prefetch{0, false, DependentLaunch::early}, late_no_prefetch{0, false, DependentLaunch::late};
   for (const Shape& s : shapes) {
     Inputs in(s, DType::bfloat16, stream);
     const Run unfused = unfused_run(in, Fp32Precision::ieee);
@@ -318,25 +322,32 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
          [](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, Fp32Precision::ieee, st); }, true}};
     const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
     if (s.B <= 8) {
-      add("stream_ng1_u2", stream_variant<1, 2>());
-      add("stream_ng1_u4", stream_variant<1, 4>());
-      add("stream_ng1_u8", stream_variant<1, 8>());
-      add("stream_ng1_u4_no_pdl", stream_variant<1, 4>(0, false));
-      add("stream_ng1_u4_warps4", stream_variant<1, 4>(4));
-      add("stream_ng1_u8_warps4", stream_variant<1, 8>(4));
+      add("stream_ng1_u2", stream_variant<1, 2>(early));
+      add("stream_ng1_u2_late", stream_variant<1, 2>(late));
+      add("stream_ng1_u4", stream_variant<1, 4>(early));
+      add("stream_ng1_u4_late", stream_variant<1, 4>(late));
+      add("stream_ng1_u4_no_prefetch", stream_variant<1, 4>(early_no_prefetch));
+      add("stream_ng1_u4_late_no_prefetch", stream_variant<1, 4>(late_no_prefetch));
+      add("stream_ng1_u4_no_pdl", stream_variant<1, 4>({}, false));
+      add("stream_ng1_u8_late", stream_variant<1, 8>(late));
     } else {
-      add("stream_ng2_u2", stream_variant<2, 2>());
-      add("stream_ng2_u4", stream_variant<2, 4>());
-      add("stream_ng2_u2_no_pdl", stream_variant<2, 2>(0, false));
-      add("stream_ng2_u2_warps4", stream_variant<2, 2>(4));
-      add("stream_ng2_u4_warps4", stream_variant<2, 4>(4));
+      add("stream_ng2_u2", stream_variant<2, 2>(early));
+      add("stream_ng2_u2_late", stream_variant<2, 2>(late));
+      add("stream_ng2_u2_no_pdl", stream_variant<2, 2>({}, false));
+      add("stream_ng2_u4", stream_variant<2, 4>(early));
+      add("stream_ng2_u4_late", stream_variant<2, 4>(late));
+      add("stream_ng2_u4_no_prefetch", stream_variant<2, 4>(early_no_prefetch));
+      add("stream_ng2_u4_late_no_prefetch", stream_variant<2, 4>(late_no_prefetch));
+      add("stream_ng2_u4_no_pdl", stream_variant<2, 4>({}, false));
     }
     compare(s, in, candidates, unfused, stream);
   }
   // float32, exact (3xTF32 against SGEMM) and TF32: the kernel's configuration per row count,
   // against cuBLASLt GEMM-only, unfused and the latency kernel in the same precision.
-  const Shape float32_shapes[] = {{32, 1, 128, 4096}, {32, 8, 128, 4096}, {32, 16, 128, 4096}, {16, 1, 128, 2048},
-                                  {16, 16, 128, 2048}, {8, 16, 128, 1024}, {12, 8, 64, 768}};
+  const Shape float32_shapes[] = {{32, 1, 128, 4096}, {32, 8, 128, 4096},  {32, 16, 128, 4096}, {16, 1, 128, 2048},
+                                  {16, 16, 128, 2048}, {8, 16, 128, 1024}, {12, 8, 64, 768},   {32, 4, 128, 8192},
+                                  {48, 16, 128, 6144}, {24, 16, 128, 3072}, {26, 16, 128, 512}, {8, 1, 128, 1024},
+                                  {32, 4, 128, 4096},  {4, 12, 32, 56}};
   for (const Shape& s : float32_shapes) {
     if (only && !(s.R == only->R && s.B == only->B && s.H == only->H && s.K == only->K)) continue;
     Inputs in(s, DType::float32, stream);
@@ -354,7 +365,13 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
                {"latency_dispatched_" + mode, [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); },
                 true},
                {"stream_dispatched_" + mode,
-                [precision](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st); }, true}},
+                [precision](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st); }, true},
+               {"stream_early_" + mode,
+                [precision, early](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st, early); },
+                true},
+               {"stream_late_" + mode,
+                [precision, late](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st, late); },
+                true}},
               unfused, stream);
     }
   }

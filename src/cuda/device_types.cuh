@@ -54,15 +54,22 @@ inline bool runs_sm90_code(int device) {
 
 // Programmatic dependent launch (Hopper): when a kernel is launched with programmatic stream
 // serialization, its blocks may start while the previous kernel in the stream is still
-// finishing; everything before this call (index arithmetic) then overlaps that kernel's tail.
-// The wait returns once the previous grid has completed and its writes are visible, so every
-// read of x, W and bias and every write of y comes after it. Letting our own dependents launch
-// right away is safe for the same reason: they wait for our completion before touching memory.
-// Only sm_90 machine code has the wait, so only where it runs (runs_sm90_code) may a kernel
-// be launched programmatically.
+// finishing; everything before the wait (index arithmetic, L2 prefetches) then overlaps that
+// kernel's tail. The wait returns once the previous grid has completed and its writes are
+// visible, so every read of x, W and bias and every write of y comes after it. Only sm_90
+// machine code has the wait, so only where it runs (runs_sm90_code) may a kernel be launched
+// programmatically.
 __device__ __forceinline__ void wait_for_prerequisite_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the next kernel in the stream launch once every block of this one has called it (or
+// exited). Safe anywhere after the wait: the dependents wait for our completion before touching
+// memory; the earlier the call, the sooner their blocks take SM slots and start their preambles.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }

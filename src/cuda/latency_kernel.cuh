@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
   const T* w = static_cast<const T*>(a.operands.weight);
   const T* bias = static_cast<const T*>(a.operands.bias);
   wait_for_prerequisite_grid();
+  allow_dependent_launch();
 
   // Lane i*TK + j writes output (b0 + i, k0 + j); its bias load is issued with the others
   // instead of after the reduction, which would add a second round trip to memory.

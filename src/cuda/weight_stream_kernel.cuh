@@ -40,6 +40,7 @@ struct StreamArgs {
   std::uint32_t B, K, RH;
   std::uint32_t steps;  // 64-byte steps of the reduction (32 16-bit or 16 float32 elements)
   FastDivider slice;     // c -> r = c / H
+  bool prefetch, early_trigger;  // WeightStreamTuning's, the trigger resolved
 };
 
 constexpr int kMaxWarps = 8;
@@ -107,14 +108,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
   // Launched programmatically, the blocks start while the previous kernel finishes: meanwhile
   // each lane asks L2 for its first steps of its weight rows (a prefetch cannot read stale data:
   // L2 is where every write lands), then waits for that kernel before reading anything.
+  if (a.prefetch) {
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const std::uint32_t c = (warp + u * warps) * kStep<T> + q * kGroup<T>;
+    for (int u = 0; u < U; ++u) {
+      const std::uint32_t c = (warp + u * warps) * kStep<T> + q * kGroup<T>;
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      if (c < a.RH && w_valid[i]) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w_rows[i] + c));
+      for (int i = 0; i < 2; ++i)
+        if (c < a.RH && w_valid[i]) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w_rows[i] + c));
+    }
   }
   wait_for_prerequisite_grid();
+  if (a.early_trigger) allow_dependent_launch();
 
   // 3xTF32's tensor-core sums do not round to nearest: each round of U steps is added into
   // CUDA-core totals (as the mma.sync GEMM's promotion does), so the bias does not grow with R*H.
@@ -157,6 +161,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
         }
     }
   }
+  if (!a.early_trigger) allow_dependent_launch();
   if constexpr (kPromote) {
 #pragma unroll
     for (int n = 0; n < NG; ++n)
@@ -190,7 +195,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
 }
 
 // Enqueues the kernel, as a programmatic dependent launch where the GPU runs this build's sm_90
-// code (unless `programmatic` is false: the benchmark's comparison).
+// code (unless `programmatic` is false: the benchmark's comparison). Up to 8 rows, letting the
+// next kernel launch only once the weight is streamed took 0.81-1.03x the time (median 0.98;
+// 0.87-0.90x against 32 MB) of letting it launch at once (probably: the next blocks' prefetches
+// compete with our stream); with 16 rows 0.92-1.08x (median 1.00), and early
+// stays (bench/results/weight_stream_pdl_h200.csv, bfloat16 and float32).
 template <mma::Mode M, int NG, int U>
 void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool programmatic = true) {
   using T = typename mma::ModeTraits<M>::Element;
@@ -200,7 +209,9 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool
   const int warps = tuning.warps > 0 ? std::min(tuning.warps, kMaxWarps) : kMaxWarps;
   const StreamArgs args{operands_of(p), static_cast<std::uint32_t>(p.B), static_cast<std::uint32_t>(p.K),
                         static_cast<std::uint32_t>(p.RH), steps,
-                        FastDivider(static_cast<std::uint32_t>(p.H))};
+                        FastDivider(static_cast<std::uint32_t>(p.H)), tuning.prefetch,
+                        tuning.dependents == DependentLaunch::early ||
+                            (tuning.dependents == DependentLaunch::by_rows && NG > 1)};
 
   // Each warp's tile of sums: within the 48 KB any launch may take without raising its limit.
   static_assert(kMaxWarps * kTile * sizeof(float) <= 48 * 1024);

@@ -13,9 +13,16 @@ namespace gather_linear::cuda {
 // Rows of x one launch serves: every block multiplies all of them by its rows of the weight.
 inline constexpr std::int64_t kWeightStreamMaxRows = 16;
 
-// How one launch divides the work; zero takes the default.
+// When the next kernel in the stream may launch: right after the wait for the previous one, or
+// once the weight has been streamed; by_rows takes the measured choice for the row count.
+enum class DependentLaunch { by_rows, early, late };
+
+// How one launch divides the work and overlaps its neighbours; zero and by_rows take the defaults.
 struct WeightStreamTuning {
   int warps = 0;  // warps per block (1 to 8), splitting the reduction between them
+  // Programmatic launch only: prefetch the first steps into L2 before waiting for the previous kernel.
+  bool prefetch = true;
+  DependentLaunch dependents = DependentLaunch::by_rows;
 };
 
 std::string weight_stream_why_not(const Problem& p);
