@@ -703,32 +703,44 @@ TEST_F(CudaTest, WeightStreamDeterministic) {
     }
 }
 
-// The dispatcher sends 16-bit problems of up to 16 rows against 1 to 72 MB of weight to the
-// weight-streaming kernel (where it can read them in 16-byte chunks), and nothing else; each
-// choice is accurate. (The rule counts no SMs: the same on any GPU.)
+// The dispatcher sends problems of up to 16 rows to the weight-streaming kernel (where it can
+// read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows); float32 up to 8 rows against
+// 1 to 144 MB, with 9 to 16 rows TF32 up to 36 MB from 1024 outputs and exact where the latency
+// kernel declines; nothing else. Each choice is accurate. (The rule counts no SMs: the same on
+// any GPU.)
 TEST_F(CudaTest, WeightStreamChoices) {
   struct Expected {
     Case c;
     bool streams;
+    Fp32Precision precision = Fp32Precision::ieee;
   };
+  constexpr Fp32Precision tf32 = Fp32Precision::tf32;
   const Expected cases[] = {
       {{{32, 1, 128, 4096}, DType::bfloat16, Layout::head_major, true}, true},   // 32 MB, one row
       {{{16, 16, 128, 2048}, DType::float16, Layout::contiguous, false}, true},  // 16 rows
       {{{12, 8, 64, 768}, DType::bfloat16, Layout::head_major, true}, true},     // 1.1 MB
       {{{48, 4, 128, 6144}, DType::bfloat16, Layout::contiguous, true}, true},   // 72 MB
+      {{{48, 16, 128, 6144}, DType::float16, Layout::contiguous, true}, false},  // 72 MB, 16 rows
       {{{16, 17, 128, 2048}, DType::bfloat16, Layout::head_major, true}, false}, // 17 rows
       {{{64, 1, 128, 8192}, DType::bfloat16, Layout::contiguous, true}, false},  // 128 MB
       {{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true}, false},     // 14 KB: latency kernel
-      {{{16, 8, 128, 2048}, DType::float32, Layout::contiguous, true}, false},   // float32
       {{{16, 8, 128, 2048}, DType::bfloat16, Layout::strided, true}, false},     // no 16-byte chunks
+      {{{16, 8, 128, 2048}, DType::float32, Layout::contiguous, true}, true},    // float32, 16 MB
+      {{{32, 1, 128, 4096}, DType::float32, Layout::head_major, false}, true},   // 64 MB, one row
+      {{{16, 1, 128, 2048}, DType::float32, Layout::contiguous, true}, true, tf32},
+      {{{40, 4, 128, 8192}, DType::float32, Layout::contiguous, true}, false},   // 160 MB
+      {{{16, 16, 128, 2048}, DType::float32, Layout::head_major, true}, true},   // the latency kernel declines
+      {{{8, 16, 128, 1024}, DType::float32, Layout::contiguous, true}, false},   // the latency kernel's
+      {{{8, 16, 128, 1024}, DType::float32, Layout::contiguous, true}, true, tf32},    // 4 MB
+      {{{32, 16, 128, 4096}, DType::float32, Layout::contiguous, false}, false, tf32}, // 64 MB, 16 rows
+      {{{26, 16, 128, 512}, DType::float32, Layout::contiguous, true}, false, tf32},   // 512 outputs
   };
   for (const Expected& e : cases) {
     Operands o = make_operands(e.c, 5);
     DeviceOperands d(o);
-    const std::string kernel(
-        select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for("auto")));
+    const Options automatic = options_for("auto", e.precision);
+    const std::string kernel(select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), automatic));
     EXPECT_EQ(kernel == kWeightStream, e.streams) << e.c << ": " << kernel;
-    const Options automatic = options_for("auto");
     expect_accurate(e.c, automatic, cuda_error_of(e.c, automatic));
   }
 }

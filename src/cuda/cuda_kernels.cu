@@ -59,8 +59,9 @@ const std::array<KernelEntry, 6> kKernels{{
 
 std::span<const KernelEntry> kernels() { return kKernels; }
 
-// Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): 16-bit problems of up to
-// 16 rows against a weight of 1 to 72 MB go to the weight-streaming kernel; the latency kernel
+// Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): problems of up to 16 rows
+// against a weight of 1 to 64-72 MB (16-bit; float32 by its own rule) go to the weight-streaming
+// kernel; the latency kernel
 // wins while the work is small; exact float32 beyond about a million outputs goes to the 3xTF32
 // tensor-core kernel; 16-bit problems beyond the latency kernel's reach and TF32 ones that fill
 // the GPU go to the Hopper GETT where it wins (gett::outruns_unfused); elsewhere, and wherever
@@ -78,14 +79,23 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // 4.1-7.4 us against 3.8-4.0 for unfused and 3.3-3.5 for the GETT (4-8 M multiply-adds).
   const bool sixteen_bit = p.dtype == DType::float16 || p.dtype == DType::bfloat16;
   const bool latency_outputs = !sixteen_bit || p.outputs() < 65536;
-  // Up to 16 rows against 1 to 72 MB of 16-bit weight: read once by every SM, 1.04-2.9x faster
-  // than unfused where measured, and than the latency kernel from 1 MB; at 128 MB cuBLAS streams
-  // faster (0.90-0.93x). bench/results/weight_stream_variants_h200.csv.
-  const double weight_bytes = static_cast<double>(p.weight_bytes());
-  if (sixteen_bit && p.B <= kWeightStreamMaxRows && weight_bytes >= 0x1p20 && weight_bytes <= 72 * 0x1p20 &&
-      weight_stream_why_not(p).empty())
+  // Up to 16 rows against 16-bit weights from 1 MB: read once by every SM, faster than unfused
+  // and than the latency kernel; at 128 MB cuBLAS streams faster (0.90-0.93x). Up to 8 rows to
+  // 72 MB; with 9 to 16 to 64 MB (at 72 MB, 1.04x unfused's time as a programmatic launch).
+  // bench/results/weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv.
+  const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
+  const bool streamable = p.B <= kWeightStreamMaxRows && weight_bytes >= MiB && weight_stream_why_not(p).empty();
+  if (streamable && sixteen_bit && weight_bytes <= (p.B <= 8 ? 72 : 64) * MiB) return kKernels[kWeightStream];
+  // float32 (exact as 3xTF32, or TF32), measured against the better of the latency kernel and
+  // unfused (bench/results/weight_stream_pdl_h200.csv): up to 8 rows against 2-128 MB, 0.67-1.01x
+  // the time. With 9 to 16 rows its tensor cores work harder: exact 0.43-0.91x unfused's time
+  // where the latency kernel declines; TF32 0.84-0.97x up to 36 MB from 1024 outputs (64
+  // blocks), but 1.13x at 144 MB and 1.21x with 512 outputs.
+  const bool latency_takes = macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty();
+  if (streamable && p.dtype == DType::float32 && weight_bytes <= 144 * MiB &&
+      (p.B <= 8 || (tf32 && weight_bytes <= 36 * MiB && p.K >= 1024) || (exact_float32 && !latency_takes)))
     return kKernels[kWeightStream];
-  if (macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty()) return kKernels[kLatency];
+  if (latency_takes) return kKernels[kLatency];
   if (exact_float32 && p.outputs() >= 786432 && mma_gemm_why_not(p).empty()) return kKernels[kMma];
   if (!exact_float32 && gett::outruns_unfused(p) && gett_why_not(p, options.fp32_precision).empty())
     return kKernels[kGett];
