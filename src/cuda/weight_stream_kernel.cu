@@ -5,9 +5,9 @@
 namespace gather_linear::cuda {
 namespace weight_stream {
 
-// One or two n8 groups of rows, 16 outputs per warp, eight warps (measured in bfloat16). Steps in flight: four for up to
-// 8 rows, two for 16 (their loads of x double; four took up to 1.4x the time against 72-128 MB
-// weights). Four warps took 0.94-1.52x the time of eight; a warp's steps consecutive rather than
+// One or two n8 groups of rows, 16 outputs per warp, eight warps (measured in bfloat16). Steps in
+// flight: four for up to 8 rows, two for 16 (their loads of x double; four took up to 1.4x the
+// time against 72-128 MB weights). Four warps took 0.94-1.52x the time of eight; a warp's steps consecutive rather than
 // interleaved (a variant since removed) 0.98-1.07x (bench/results/weight_stream_variants_h200.csv).
 template <mma::Mode M>
 void launch_for_rows(const Problem& p, CudaStream stream, WeightStreamTuning tuning) {
