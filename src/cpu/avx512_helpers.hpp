@@ -60,6 +60,28 @@ inline void transpose_words_16x16(const std::uint32_t* const rows[16], std::uint
   }
 }
 
+// Lane n of the result: the sum of v[n]'s 16 lanes, with _mm512_reduce_add_ps's pairing (lanes
+// i and i+8, then i and i+4, i and i+2, i and i+1), so bit for bit its sums; 16 of them for 15
+// shuffle pairs and adds instead of 16 reductions of 4 rounds each.
+inline __m512 lane_sums_16(const __m512 (&v)[16]) {
+  // The last round leaves lane 4t + s holding the input 4s + t: feed the inputs in that order.
+  __m512 pairs[8], quads[4], eighths[2];
+  const auto input = [&](int n) { return v[4 * (n % 4) + n / 4]; };
+  for (int m = 0; m < 8; ++m) {  // lanes 8u .. 8u+7: input 2m+u's lanes i + (i+8)
+    const __m512 a = input(2 * m), b = input(2 * m + 1);
+    pairs[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+  }
+  for (int m = 0; m < 4; ++m)  // 128-bit lane t: input 4m+t's lanes i + (i+4)
+    quads[m] = _mm512_add_ps(_mm512_shuffle_f32x4(pairs[2 * m], pairs[2 * m + 1], 0x88),
+                             _mm512_shuffle_f32x4(pairs[2 * m], pairs[2 * m + 1], 0xdd));
+  for (int m = 0; m < 2; ++m) {  // lane 4t + {0,1}: input 8m+t, {2,3}: input 8m+4+t; i + (i+2)
+    const __m512d a = _mm512_castps_pd(quads[2 * m]), b = _mm512_castps_pd(quads[2 * m + 1]);
+    eighths[m] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // i + (i+1): lane 4t + s from input 4s + t
+  return _mm512_add_ps(_mm512_shuffle_ps(eighths[0], eighths[1], 0x88), _mm512_shuffle_ps(eighths[0], eighths[1], 0xdd));
+}
+
 // The types load16_as_float reads.
 template <class T>
 constexpr bool kLoads16AsFloat = std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;

@@ -319,6 +319,21 @@ void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, s
   }
   const auto* bias = static_cast<const BFloat16*>(p.bias);
   auto* y = static_cast<BFloat16*>(p.y);
+  if (kt == KT && vectors_end == p.RH && p.y_stride_k == 1) {
+    // A whole tile: its 16 sums at once (the same sums), then a row's 4 outputs at once.
+    __m512 all[16];
+    for (int n = 0; n < 16; ++n) all[n] = n < BT * KT ? acc[n / KT][n % KT] : _mm512_setzero_ps();
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, lane_sums_16(all));
+    float bias4[KT] = {};
+    if (bias != nullptr)
+      for (int j = 0; j < KT; ++j) bias4[j] = to_float(bias[k0 + j]);
+    for (int i = 0; i < BT; ++i) {
+      BFloat16* out = y + (b0 + i) * p.y_stride_b + k0;
+      for (int j = 0; j < KT; ++j) out[j] = to_bfloat16(sums[i * KT + j] + bias4[j]);
+    }
+    return;
+  }
   for (int i = 0; i < BT; ++i)
     for (int j = 0; j < kt; ++j) {
       float sum = _mm512_reduce_add_ps(acc[i][j]);
