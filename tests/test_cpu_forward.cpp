@@ -217,12 +217,13 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
     EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::head_major, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // odd H
-    EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{4, 24, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
   }
   // Without AMX, short batches read the weight in place on the dot kernel: up to 8 rows, or 16
-  // against a weight of 128 KB or more; strided x is gathered once, so it does not matter there. AMX
+  // against a weight of 128 KB or more or a reduction of whole 32-element vectors; strided x is
+  // gathered once, so it does not matter there. AMX
   // has a direct path of its own, and takes every bfloat16 problem but single rows against a
   // weight of 1 MB or more.
   if (cpu::bf16_dot_supported()) {
@@ -232,6 +233,11 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
     EXPECT_EQ(chosen({{8, 1, 64, 512}, DType::bfloat16, Layout::strided, true}), kernel);
     EXPECT_EQ(chosen({{8, 2, 64, 1024}, DType::bfloat16, Layout::strided, true}), kernel);
     EXPECT_EQ(chosen({{8, 16, 64, 1024}, DType::bfloat16, Layout::strided, false}), kernel);
+    if (!cpu::amx_bf16_supported()) {
+      EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");  // whole vectors
+      EXPECT_EQ(chosen({{4, 12, 33, 56}, DType::bfloat16, Layout::b_unit, true}), "cpu_bf16_dot");   // packs fast
+      EXPECT_EQ(chosen({{3, 12, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // a tail
+    }
   }
   EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
   Options options;
@@ -248,7 +254,8 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
 }
 
 // The bfloat16 kernels' direct paths, which read the weight in place. The dot kernel's (batches of
-// up to 16 rows against a weight of 128 KB or more, up to 8 rows otherwise): every tile of 1 to 4
+// up to 16 rows against a weight of 128 KB or more or a reduction of whole 32-element vectors, up
+// to 8 rows otherwise): every tile of 1 to 4
 // rows, reductions with a scalar tail. AMX's (up to 64 rows against these weights): one and two
 // tiles of rows, full and partial, in one or two 32-row chunks; 32-output blocks whose second half
 // is full, partial or absent (K = 700, 33, 48); the reduction whole steps only (R*H = 32) or with
@@ -267,7 +274,9 @@ TEST(CpuForwardBf16, ShortBatchesReadTheWeightInPlace) {
       for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}, Shape{1, B, 903, 700}, Shape{4, B, 8, 48},
                           Shape{2, B, 1024, 48}})
         for (Layout layout : kLayouts) {
-          if (!amx && (B > 16 || (shape.K * shape.R * shape.H < 1 << 16 && B > 8))) continue;  // packed
+          const bool whole_vectors = shape.R * shape.H % 32 == 0;
+          if (!amx && (B > 16 || (shape.K * shape.R * shape.H < 1 << 16 && !whole_vectors && B > 8)))
+            continue;  // packed
           const Case c{shape, DType::bfloat16, layout, true};
           expect_accurate(c, error_with_kernel(c, kernel), kernel);
         }
