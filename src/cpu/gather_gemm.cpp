@@ -105,7 +105,8 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
                            (p.flops() <= kDirectFlops ||
                             (p.B <= kDirectRows && p.B * p.RH * std::int64_t{sizeof(Acc)} <= kDirectRowsBytes));
   if (path == GemmPath::direct || (path == GemmPath::automatic && direct_pays)) {
-    e.direct_rows(p, a_scratch.bytes(static_cast<std::size_t>(std::max<std::int64_t>(p.B * p.RH, 1)) * sizeof(Acc)));
+    // Each gathered row padded to whole vectors (at most 16 accumulators more).
+    e.direct_rows(p, a_scratch.bytes(static_cast<std::size_t>(std::max<std::int64_t>(p.B * (p.RH + 16), 1)) * sizeof(Acc)));
     return;
   }
   const auto [MR, NR, MC, KC] = e.tiling;

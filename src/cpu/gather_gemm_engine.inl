@@ -339,10 +339,18 @@ inline void lane_sums(Vec (&v)[N], Acc* sums) {
   std::memcpy(sums, v, sizeof(Vec) * (N / L));
 }
 
-// y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (rows, each RH long) and kt <= 4 weight
-// rows along a unit stride, read once for the BT rows: vectors run along the reduction, 4 * BT
-// partial sums (4 along each weight row for a single row of A on a short reduction), added up at
-// the end.
+// Gathered rows of A on the direct path: each padded with zeros to whole vectors, so that a
+// reduction's last partial vector is one more vector step rather than a scalar tail.
+template <class Acc>
+std::int64_t direct_row_stride(std::int64_t RH) {
+  constexpr int L = Tiling<Acc>::kLanes;
+  return (RH + L - 1) / L * L;
+}
+
+// y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (rows, each direct_row_stride long) and
+// kt <= 4 weight rows along a unit stride, read once for the BT rows: vectors run along the
+// reduction, 4 * BT partial sums (4 along each weight row for a single row of A on a short
+// reduction), added up at the end.
 template <class In, class Acc, int BT>
 void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_t k0, int kt) {
   constexpr int L = Tiling<Acc>::kLanes, KT = 4;
@@ -351,9 +359,25 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   for (int j = 0; j < KT; ++j)  // rows past kt repeat the last one; their sums are dropped
     w[j] = static_cast<const In*>(p.weight) + (k0 + std::min(j, kt - 1)) * p.weight_stride_k;
   const Acc* a[BT];
-  for (int i = 0; i < BT; ++i) a[i] = rows + (b0 + i) * p.RH;
+  const std::int64_t lda = direct_row_stride<Acc>(p.RH);
+  for (int i = 0; i < BT; ++i) a[i] = rows + (b0 + i) * lda;
   Vec acc[BT][KT] = {};
   const std::int64_t vectors_end = p.RH / L * L;
+  const int tail = static_cast<int>(p.RH - vectors_end);
+  // A float32 reduction shorter than one vector stays scalar: its padded copies cost more than
+  // its few multiply-adds (1.16x the time at R*H = 7); float16 and bfloat16 gain (0.72x).
+  const bool vector_tail = tail > 0 && !(std::is_same_v<In, Acc> && vectors_end == 0);
+  const std::int64_t summed = vector_tail ? p.RH : vectors_end;  // the rest in the epilogue
+  // The weight rows' last partial vector, zero-padded (A's rows are padded already): one vector
+  // step instead of a scalar tail per output (which had made odd slice widths, e.g. H = 13 or 21,
+  // take 2-3x the time of OpenBLAS's cat + sgemm).
+  const auto weight_tail = [&](int j) {
+    Acc padded[L] = {};
+    for (int t = 0; t < tail; ++t) padded[t] = load_as<Acc>(w[j][vectors_end + t]);
+    Vec v;
+    std::memcpy(&v, padded, sizeof(Vec));
+    return v;
+  };
   if (BT == 1 && p.RH <= kSingleRowStreamMaxReduction) {
     // A single row of A: the weight's rows one after another, four partial sums along each
     // (kSingleRowStreamMaxReduction says when one stream beats four).
@@ -372,6 +396,11 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
         std::memcpy(&av, a[0] + c, sizeof(Vec));
         part[0] += av * load_vector<In, Acc, Vec>(w[j] + c);
       }
+      if (vector_tail) {
+        Vec av;
+        std::memcpy(&av, a[0] + vectors_end, sizeof(Vec));
+        part[1] += av * weight_tail(j);
+      }
       acc[0][j] = (part[0] + part[1]) + (part[2] + part[3]);
     }
   } else {
@@ -383,6 +412,18 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
       for (int i = 0; i < BT; ++i) {
         Vec av;
         std::memcpy(&av, a[i] + c, sizeof(Vec));
+#pragma GCC unroll 4
+        for (int j = 0; j < KT; ++j) acc[i][j] += av * wv[j];
+      }
+    }
+    if (vector_tail) {  // unrolled like the loop above, so that acc stays in registers
+      Vec wv[KT];
+#pragma GCC unroll 4
+      for (int j = 0; j < KT; ++j) wv[j] = weight_tail(j);
+#pragma GCC unroll 4
+      for (int i = 0; i < BT; ++i) {
+        Vec av;
+        std::memcpy(&av, a[i] + vectors_end, sizeof(Vec));
 #pragma GCC unroll 4
         for (int j = 0; j < KT; ++j) acc[i][j] += av * wv[j];
       }
@@ -401,7 +442,7 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   const In* bias = static_cast<const In*>(p.bias);
   In* y = static_cast<In*>(p.y);
   if constexpr (std::is_same_v<Acc, float> && KT == 4)
-    if (kt == KT && vectors_end == p.RH && p.y_stride_k == 1) {
+    if (kt == KT && summed == p.RH && p.y_stride_k == 1) {
       // A row's 4 outputs at once (one at a time, this epilogue had taken a fifth of a seed-sized
       // float32 call): the sums of row i are sums[4i .. 4i+3]; 16-bit outputs rounded one by one.
       typedef float Quad __attribute__((vector_size(16)));
@@ -423,7 +464,7 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   for (int i = 0; i < BT; ++i)
     for (int j = 0; j < kt; ++j) {
       Acc sum = sums[i * KT + j];
-      for (std::int64_t t = vectors_end; t < p.RH; ++t) sum += a[i][t] * load_as<Acc>(w[j][t]);
+      for (std::int64_t t = summed; t < p.RH; ++t) sum += a[i][t] * load_as<Acc>(w[j][t]);
       y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] =
           store_as<In>(sum + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0)));
     }
@@ -431,12 +472,16 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
 
 // For problems whose weight packing would not pay: too small overall, or a batch too short for
 // the packed weight to be reused (packing reads and writes the weight once more than the GEMM
-// reads it). A's rows are gathered once into rows_buf (B * RH accumulators); then each weight row
-// is read once, straight from memory, against up to 4 rows of A at a time (threads split the
-// weight's rows).
+// reads it). A's rows are gathered once into rows_buf (B * direct_row_stride accumulators); then
+// each weight row is read once, straight from memory, against up to 4 rows of A at a time
+// (threads split the weight's rows).
 template <class In, class Acc>
 void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
-  for (std::int64_t b = 0; b < p.B; ++b) pack_gathered_rows_to_line<In, Acc>(p, b, rows_buf + b * p.RH);
+  const std::int64_t lda = direct_row_stride<Acc>(p.RH);
+  for (std::int64_t b = 0; b < p.B; ++b) {
+    pack_gathered_rows_to_line<In, Acc>(p, b, rows_buf + b * lda);
+    std::fill(rows_buf + b * lda + p.RH, rows_buf + (b + 1) * lda, Acc(0));
+  }
   if (p.weight_stride_c != 1) {
     // A transposed view in the backward: too small here to repay packing it.
     const In* bias = static_cast<const In*>(p.bias);
@@ -445,7 +490,7 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
       for (std::int64_t k = 0; k < p.K; ++k) {
         const In* w = static_cast<const In*>(p.weight) + k * p.weight_stride_k;
         Acc sum = 0;
-        for (std::int64_t c = 0; c < p.RH; ++c) sum += rows_buf[b * p.RH + c] * load_as<Acc>(w[c * p.weight_stride_c]);
+        for (std::int64_t c = 0; c < p.RH; ++c) sum += rows_buf[b * lda + c] * load_as<Acc>(w[c * p.weight_stride_c]);
         y[b * p.y_stride_b + k * p.y_stride_k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k]) : Acc(0)));
       }
     return;
