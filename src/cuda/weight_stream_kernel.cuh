@@ -45,9 +45,8 @@ struct StreamArgs {
 
 constexpr int kMaxWarps = 8;
 
-// Elements of one lane's 16-byte group, and of one warp step (4 lanes' groups).
-template <class T> inline constexpr int kGroup = 16 / static_cast<int>(sizeof(T));
-template <class T> inline constexpr int kStep = 4 * kGroup<T>;
+// Elements of one warp step: 4 lanes' 16-byte groups (kVec16 elements each).
+template <class T> inline constexpr int kStep = 4 * kVec16<T>;
 
 __device__ __forceinline__ std::uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -111,7 +110,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
   if (a.prefetch) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const std::uint32_t c = (warp + u * warps) * kStep<T> + q * kGroup<T>;
+      const std::uint32_t c = (warp + u * warps) * kStep<T> + q * kVec16<T>;
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         if (c < a.RH && w_valid[i]) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w_rows[i] + c));
@@ -129,7 +128,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
     uint4 wv[U][2], xv[U][NG];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const std::uint32_t step = base + u * warps, c = step * kStep<T> + q * kGroup<T>;
+      const std::uint32_t step = base + u * warps, c = step * kStep<T> + q * kVec16<T>;
       const bool inside = c < a.RH;
       const std::uint32_t r = a.slice.quotient(c), h = c - r * a.slice.divisor;
       const T* slice = x + static_cast<std::int64_t>(r) * a.operands.x_stride_r + h;
