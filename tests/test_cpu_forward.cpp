@@ -223,9 +223,8 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
   }
   // Without AMX, short batches read the weight in place on the dot kernel: up to 8 rows, or 16
   // against a weight of 128 KB or more or a reduction of whole 32-element vectors; strided x is
-  // gathered once, so it does not matter there. AMX
-  // has a direct path of its own, and takes every bfloat16 problem but single rows against a
-  // weight of 1 MB or more.
+  // gathered once, so it does not matter there. AMX has a direct path of its own, and takes every
+  // bfloat16 problem but single rows against a weight of 1 MB or more.
   if (cpu::bf16_dot_supported()) {
     const std::string kernel = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_bf16_dot";
     EXPECT_EQ(chosen({{8, 1, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
@@ -255,14 +254,13 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
 
 // The bfloat16 kernels' direct paths, which read the weight in place. The dot kernel's (batches of
 // up to 16 rows against a weight of 128 KB or more or a reduction of whole 32-element vectors, up
-// to 8 rows otherwise): every tile of 1 to 4
-// rows, reductions with a scalar tail. AMX's (up to 64 rows against these weights): one and two
-// tiles of rows, full and partial, in one or two 32-row chunks; 32-output blocks whose second half
-// is full, partial or absent (K = 700, 33, 48); the reduction whole steps only (R*H = 32) or with
-// a partial last one; two blocks whose chunks go to different threads (K = 48, R*H = 2048, where
-// the work is enough for threads). Every layout of x (R = 1 with rows side by side: the gather's
-// transposed path, 16 rows at a time). Longer batches against an 8.5 MB weight: up to 8 chunks,
-// the last partial.
+// to 8 rows otherwise): every tile of 1 to 4 rows, reductions with a scalar tail. AMX's (up to 64
+// rows against these weights): one and two tiles of rows, full and partial, in one or two 32-row
+// chunks; 32-output blocks whose second half is full, partial or absent (K = 700, 33, 48); the
+// reduction whole steps only (R*H = 32) or with a partial last one; two blocks whose chunks go to
+// different threads (K = 48, R*H = 2048, where the work is enough for threads). Every layout of x
+// (R = 1 with rows side by side: the gather's transposed path, 16 rows at a time). Longer batches
+// against an 8.5 MB weight: up to 8 chunks, the last partial.
 TEST(CpuForwardBf16, ShortBatchesReadTheWeightInPlace) {
   const std::pair<const char*, bool> kernels[] = {{"cpu_bf16_dot", cpu::bf16_dot_supported()},
                                                   {"cpu_amx_bf16", cpu::amx_bf16_supported()}};

@@ -90,16 +90,16 @@ constexpr int kDotOutputs = 2 * kPanel;
 // 12-row panel of A (6 KB) stay in a 32 KB L1 data cache.
 constexpr int kDotSlicePairs = 128;
 constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered slice (48 KB) stays in L2
-// Batches this short take the dot kernel's direct path (dot_direct): up to 8 rows always, up to
-// 16 where the weight is at least 128 KB or the reduction is whole vectors (and A's gathered rows
-// within kDirectRowsBytes). Against
-// the packed path it took 0.16-0.63 of the time at B = 1 to 4, 0.46-0.69 at B = 8 to 16 with
-// weights of 2 to 32 MB, and 0.81-1.43 at B = 24 (2-core Zen 4, docs/PERFORMANCE.md, "Short
-// batches"). With threads from 256 KB of weight it also won at B = 5 to 16 on 128-512 KB weights,
-// and at B = 5 to 8 on 14-64 KB; not at B = 12 to 16 on 64 KB (docs/PERFORMANCE.md, "The dot
-// kernel's direct path from 128 KB"). Since its tiles sum and store 16 outputs at once, it wins
-// there too, 0.66-0.84x the packed path's time at B = 12 and 16 on 14-64 KB, where the reduction
-// has no scalar tail (R*H a multiple of 32; one of 63 took 2.4x the float32 engine's time).
+// Batches this short take the dot kernel's direct path (dot_direct): up to 8 rows always, up to 16
+// where the weight is at least 128 KB or the reduction is whole vectors (and A's gathered rows
+// within kDirectRowsBytes). Against the packed path it took 0.16-0.63 of the time at B = 1 to 4,
+// 0.46-0.69 at B = 8 to 16 with weights of 2 to 32 MB, and 0.81-1.43 at B = 24 (2-core Zen 4,
+// docs/PERFORMANCE.md, "Short batches"). With threads from 256 KB of weight it also won at B = 5 to
+// 16 on 128-512 KB weights, and at B = 5 to 8 on 14-64 KB; not at B = 12 to 16 on 64 KB
+// (docs/PERFORMANCE.md, "The dot kernel's direct path from 128 KB"). Since its tiles sum and store
+// 16 outputs at once, it wins there too, 0.66-0.84x the packed path's time at B = 12 and 16 on
+// 14-64 KB, where the reduction has no scalar tail (R*H a multiple of 32; one of 63 took 2.4x the
+// float32 engine's time).
 constexpr std::int64_t kDotDirectRows = 8, kDotDirectRowsLargeWeight = 16;
 constexpr std::int64_t kDotDirectLargeWeightBytes = std::int64_t{128} << 10;
 // Where AMX is there too, a single row against a weight this large still streams it faster here
