@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
+#include "cuda/cuda_check.hpp"
 #include "cuda/device_info.hpp"
 #include "gather_linear/tensor_view.hpp"
 
@@ -72,6 +74,28 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+
+// Enqueues kernel(args) on `stream`, as a programmatic dependent launch where `programmatic`
+// holds and the device runs this build's sm_90 code; the kernel waits with
+// wait_for_prerequisite_grid before touching memory.
+template <class Args>
+void launch_maybe_programmatic(void (*kernel)(Args), const std::type_identity_t<Args>& args, dim3 grid, dim3 block,
+                               std::size_t shared_bytes, cudaStream_t stream, int device, bool programmatic,
+                               const char* name) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic && runs_sm90_code(device)) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  check(cudaLaunchKernelEx(&config, kernel, args), name);
 }
 
 // Elements of T in one 16-byte access.

@@ -113,18 +113,9 @@ void launch(const Problem& p, CudaStream stream, bool programmatic = true) {
   const LatencyArgs args{operands_of(p), u32(p.B), u32(p.H), u32(p.K), u32(p.RH), FastDivider(u32(p.H)),
                          FastDivider(u32(k_tiles))};
   const std::int64_t blocks = (tiles * SPLIT + WARPS * 32 - 1) / (WARPS * 32);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(WARPS * 32);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (programmatic && runs_sm90_code(p.device.index)) {
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
-  check(cudaLaunchKernelEx(&config, latency_kernel<T, VEC, TB, TK, SPLIT, UNROLL, WARPS>, args), "latency_kernel");
+  launch_maybe_programmatic(latency_kernel<T, VEC, TB, TK, SPLIT, UNROLL, WARPS>, args,
+                            dim3(static_cast<unsigned>(blocks)), dim3(WARPS * 32), 0, stream, p.device.index,
+                            programmatic, "latency_kernel");
 }
 
 }  // namespace gather_linear::cuda::latency

@@ -214,20 +214,9 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool
 
   // Each warp's tile of sums: within the 48 KB any launch may take without raising its limit.
   static_assert(kMaxWarps * kTile * sizeof(float) <= 48 * 1024);
-  const int shared_bytes = warps * kTile * static_cast<int>(sizeof(float));
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(tiles);
-  config.blockDim = dim3(static_cast<unsigned>(warps * 32));
-  config.dynamicSmemBytes = static_cast<std::size_t>(shared_bytes);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (programmatic && runs_sm90_code(p.device.index)) {
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
-  check(cudaLaunchKernelEx(&config, weight_stream_kernel<M, NG, U>, args), "weight_stream_kernel");
+  const auto shared_bytes = static_cast<std::size_t>(warps * kTile) * sizeof(float);
+  launch_maybe_programmatic(weight_stream_kernel<M, NG, U>, args, dim3(tiles), dim3(static_cast<unsigned>(warps * 32)),
+                            shared_bytes, stream, p.device.index, programmatic, "weight_stream_kernel");
 }
 
 }  // namespace gather_linear::cuda::weight_stream
