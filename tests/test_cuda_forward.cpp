@@ -704,9 +704,9 @@ TEST_F(CudaTest, WeightStreamDeterministic) {
 }
 
 // The dispatcher sends problems of up to 16 rows to the weight-streaming kernel (where it can
-// read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows); float32 up to 8 rows against
-// 1 to 144 MB, with 9 to 16 rows TF32 up to 36 MB from 1024 outputs and exact where the latency
-// kernel declines; nothing else. Each choice is accurate. (The rule counts no SMs: the same on
+// read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows);
+// float32 up to 8 rows against 2 to 144 MB, with 9 to 16 rows TF32 up to 36 MB from 1024 outputs
+// and exact where the latency kernel declines; nothing else. Each choice is accurate. (The rule counts no SMs: the same on
 // any GPU.)
 TEST_F(CudaTest, WeightStreamChoices) {
   struct Expected {
@@ -729,6 +729,7 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{32, 1, 128, 4096}, DType::float32, Layout::head_major, false}, true},   // 64 MB, one row
       {{{16, 1, 128, 2048}, DType::float32, Layout::contiguous, true}, true, tf32},
       {{{40, 4, 128, 8192}, DType::float32, Layout::contiguous, true}, false},   // 160 MB
+      {{{6, 4, 64, 1024}, DType::float32, Layout::contiguous, true}, false},     // 1.5 MB
       {{{16, 16, 128, 2048}, DType::float32, Layout::head_major, true}, true},   // the latency kernel declines
       {{{8, 16, 128, 1024}, DType::float32, Layout::contiguous, true}, false},   // the latency kernel's
       {{{8, 16, 128, 1024}, DType::float32, Layout::contiguous, true}, true, tf32},    // 4 MB

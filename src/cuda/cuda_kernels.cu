@@ -88,11 +88,12 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   if (streamable && sixteen_bit && weight_bytes <= (p.B <= 8 ? 72 : 64) * MiB) return kKernels[kWeightStream];
   // float32 (exact as 3xTF32, or TF32), measured against the better of the latency kernel and
   // unfused (bench/results/weight_stream_pdl_h200.csv): up to 8 rows against 2-128 MB, 0.67-1.01x
-  // the time. With 9 to 16 rows its tensor cores work harder: exact 0.43-0.91x unfused's time
+  // the time (from 2 MB: at 2.2 MB it beat the latency kernel by only 5-7%, and nothing smaller
+  // was measured). With 9 to 16 rows its tensor cores work harder: exact 0.43-0.91x unfused's time
   // where the latency kernel declines; TF32 0.84-0.97x up to 36 MB from 1024 outputs (64
   // blocks), but 1.13x at 144 MB and 1.21x with 512 outputs.
   const bool latency_takes = macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty();
-  if (streamable && p.dtype == DType::float32 && weight_bytes <= 144 * MiB &&
+  if (streamable && p.dtype == DType::float32 && weight_bytes >= 2 * MiB && weight_bytes <= 144 * MiB &&
       (p.B <= 8 || (tf32 && weight_bytes <= 36 * MiB && p.K >= 1024) || (exact_float32 && !latency_takes)))
     return kKernels[kWeightStream];
   if (latency_takes) return kKernels[kLatency];
