@@ -6,14 +6,14 @@
 //   - the weight-streaming kernel's configurations (steps in flight; as a programmatic launch
 //     with or without its L2 prefetch, letting the next kernel launch early or late; a plain
 //     launch) on decode-sized problems, bfloat16 and float32 (exact, TF32), against cuBLASLt
-//     GEMM-only, the unfused baseline and the latency kernel;
+//     GEMM-only, the unfused baseline and the latency kernel; `stream_rows`: with 17 to 32 rows;
 //   - the Hopper GETT configurations (the library's and the unshipped candidates, see
 //     bench/CMakeLists.txt) and the tile scheduler's swizzle and raster order, bfloat16 and TF32,
 //     against cuBLASLt GEMM-only on the pre-concatenated input.
 // Each variant is checked against the unfused baseline's result before it is timed.
 // Times: median per forward over CUDA-graph replays, rotating input sets past L2.
 //
-//   kernel_variants [latency|gemm|gemm_exact|stream|gett|gett_large|all]   > variants.csv
+//   kernel_variants [latency|gemm|gemm_exact|stream|stream_rows|gett|gett_large|all]   > variants.csv
 //   kernel_variants gett_large R,B,H,K                  > variants.csv   (that shape only, bfloat16)
 //   kernel_variants host                                 > host.csv
 #include <cuda_runtime.h>
@@ -284,11 +284,9 @@ void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidate
   for (std::size_t i = 0; i < candidates.size(); ++i) print_row(s, in.dtype, candidates[i].name, timings[i], errors[i]);
 }
 
-template <int NG, int U>
+template <int NG, int U, cuda::mma::Mode M = cuda::mma::Mode::bf16>
 Run stream_variant(cuda::WeightStreamTuning tuning = {}, bool programmatic = true) {
-  return [=](const Problem& p, cudaStream_t st) {
-    cuda::weight_stream::launch<cuda::mma::Mode::bf16, NG, U>(p, st, tuning, programmatic);
-  };
+  return [=](const Problem& p, cudaStream_t st) { cuda::weight_stream::launch<M, NG, U>(p, st, tuning, programmatic); };
 }
 
 // The weight-streaming kernel on decode-sized problems (up to 16 rows, weights of 0.1 to 128 MB):
@@ -373,6 +371,54 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
                 [precision, late](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st, late); },
                 true}},
               unfused, stream);
+    }
+  }
+}
+
+// The weight-streaming kernel with 17 to 32 rows (four n8 groups per warp) over weights of 2 to
+// 256 MB: two or four steps in flight, the next kernel launched early or late; bfloat16, exact
+// float32 and TF32, against cuBLASLt GEMM-only on the pre-concatenated input, the unfused
+// baseline and the latency kernel in the same precision.
+void stream_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
+  std::vector<Shape> shapes = {{12, 32, 64, 768},  {8, 32, 128, 1024},  {4, 32, 128, 2048},  {8, 24, 128, 2048},
+                               {26, 32, 128, 512}, {16, 20, 128, 2048}, {16, 32, 128, 2048}, {32, 24, 128, 4096},
+                               {32, 32, 128, 4096}, {8, 32, 512, 4096}, {48, 32, 128, 6144}, {64, 32, 128, 8192}};
+  if (only) shapes = {*only};
+  using cuda::DependentLaunch;
+  using cuda::mma::Mode;
+  const cuda::WeightStreamTuning early{0, true, DependentLaunch::early}, late{0, true, DependentLaunch::late};
+  for (const Shape& s : shapes) {
+    for (DType dtype : {DType::bfloat16, DType::float32}) {
+      Inputs in(s, dtype, stream);
+      for (Fp32Precision precision : {Fp32Precision::ieee, Fp32Precision::tf32}) {
+        if (dtype == DType::bfloat16 && precision == Fp32Precision::tf32) continue;
+        const std::string mode = dtype == DType::bfloat16 ? "bf16" : precision == Fp32Precision::tf32 ? "tf32" : "f32";
+        const Run unfused = unfused_run(in, precision);
+        cuda::concatenate(in.sets[0], in.concatenated, stream);
+        std::vector<Candidate> candidates = {
+            {"cublaslt_gemm_only_" + mode,
+             [&in, precision](const Problem& p, cudaStream_t st) {
+               cuda::gemm_on_concatenated(p, in.concatenated, precision, in.gemm_workspace, st);
+             },
+             false},
+            {"unfused_cublaslt_" + mode, unfused, false},
+            {"latency_dispatched_" + mode, [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); },
+             true},
+            {"stream_dispatched_" + mode,
+             [precision](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st); }, true}};
+        const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
+        if (dtype == DType::bfloat16) {
+          add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::bf16>(early));
+          add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::bf16>(late));
+        } else if (precision == Fp32Precision::tf32) {
+          add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::tf32>(early));
+          add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::tf32>(late));
+        } else {
+          add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::tf32x3>(early));
+          add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::tf32x3>(late));
+        }
+        compare(s, in, candidates, unfused, stream);
+      }
     }
   }
 }
@@ -515,6 +561,7 @@ int main(int argc, char** argv) {
   if (which == "gemm" || which == "all") gemm_sweep(stream, false);
   if (which == "gemm_exact") gemm_sweep(stream, true);
   if (which == "stream" || which == "all") stream_sweep(stream, only);
+  if (which == "stream_rows" || which == "all") stream_rows_sweep(stream, only);
   if (which == "gett" || which == "all") gett_sweep(stream, false, only);
   if (which == "gett_large") gett_sweep(stream, true, only);
   return 0;

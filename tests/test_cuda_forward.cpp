@@ -637,11 +637,12 @@ TEST_F(CudaTest, GettMidSizeChoices) {
 }
 
 // The weight-streaming kernel run directly with every division of the reduction between warps:
-// each row count's configuration (1-8 and 9-16 rows), reductions that end inside a 32-element
-// step (R*H = 952, 1000) or inside a warp's share, outputs that end inside a 16-output tile,
-// long reductions, and a problem of 16 rows in two.
-const Shape kWeightStreamShapes[] = {{16, 1, 128, 40}, {7, 9, 136, 33},    {3, 16, 264, 70}, {33, 13, 64, 129},
-                                     {5, 16, 200, 17}, {64, 2, 128, 300}, {1, 8, 8, 1},     {4, 12, 32, 56}};
+// each row count's configuration (1-8, 9-16 and 17-32 rows, whole and partial row groups),
+// reductions that end inside a 32-element step (R*H = 952, 1000, 360) or inside a warp's share,
+// outputs that end inside a 16-output tile, long reductions, and a problem of 16 rows in two.
+const Shape kWeightStreamShapes[] = {{16, 1, 128, 40}, {7, 9, 136, 33},   {3, 16, 264, 70}, {33, 13, 64, 129},
+                                     {5, 16, 200, 17}, {64, 2, 128, 300}, {1, 8, 8, 1},     {4, 12, 32, 56},
+                                     {5, 21, 72, 70},  {3, 32, 64, 33},   {7, 27, 136, 129}, {2, 32, 256, 17}};
 const cuda::WeightStreamTuning kWeightStreamTunings[] = {{}, {1}, {3}, {4}, {8}};
 
 std::string weight_stream_label(const cuda::WeightStreamTuning& t) {

@@ -35,7 +35,7 @@ const std::array<KernelEntry, 6> kKernels{{
       "small problems: a warp per 2x2 output tile, 16-byte loads straight from x, shuffle reduction"},
      true, latency_why_not, nullptr, latency},
     {{"cuda_weight_stream", DeviceType::cuda, true,
-      "up to 16 rows against a large weight (decoding): tensor cores (mma.sync) fed straight from memory, "
+      "up to 32 rows against a large weight (decoding): tensor cores (mma.sync) fed straight from memory, "
       "every SM streaming its rows of W once, the reduction split between warps; float16/bfloat16, "
       "float32 as 3xTF32 (TF32 when allowed); 16-byte chunks"},
      true, weight_stream_why_not_entry, nullptr, weight_stream},
@@ -85,7 +85,8 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // bench/results/weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv.
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
   const bool streamable = p.B <= kWeightStreamMaxRows && weight_bytes >= MiB && weight_stream_why_not(p).empty();
-  if (streamable && sixteen_bit && weight_bytes <= (p.B <= 8 ? 72 : 64) * MiB) return kKernels[kWeightStream];
+  if (streamable && sixteen_bit && p.B <= 16 && weight_bytes <= (p.B <= 8 ? 72 : 64) * MiB)
+    return kKernels[kWeightStream];
   // float32 (exact as 3xTF32, or TF32), measured against the better of the latency kernel and
   // unfused (bench/results/weight_stream_pdl_h200.csv): up to 8 rows against 2-128 MB, 0.67-1.01x
   // the time (from 2 MB: at 2.2 MB it beat the latency kernel by only 5-7%, and nothing smaller
@@ -94,7 +95,8 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // blocks), but 1.13x at 144 MB and 1.21x with 512 outputs.
   const bool latency_takes = macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty();
   if (streamable && p.dtype == DType::float32 && weight_bytes >= 2 * MiB && weight_bytes <= 144 * MiB &&
-      (p.B <= 8 || (tf32 && weight_bytes <= 36 * MiB && p.K >= 1024) || (exact_float32 && !latency_takes)))
+      (p.B <= 8 || (tf32 && p.B <= 16 && weight_bytes <= 36 * MiB && p.K >= 1024) ||
+       (exact_float32 && p.B <= 16 && !latency_takes)))
     return kKernels[kWeightStream];
   if (latency_takes) return kKernels[kLatency];
   if (exact_float32 && p.outputs() >= 786432 && mma_gemm_why_not(p).empty()) return kKernels[kMma];

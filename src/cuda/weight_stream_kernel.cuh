@@ -1,4 +1,4 @@
-// Weight-streaming kernel for decode-sized problems: up to 16 rows of x against a large weight.
+// Weight-streaming kernel for decode-sized problems: up to 32 rows of x against a large weight.
 // bfloat16 and float16 on m16n8k16 MMAs; float32 as TF32 (m16n8k8, operands rounded to nearest)
 // when TF32 is allowed, else exact as 3xTF32 (as the mma.sync GEMM family: mma_gemm_kernel.cuh).
 //
@@ -198,7 +198,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
 // next kernel launch only once the weight is streamed took 0.81-1.03x the time (median 0.98;
 // 0.87-0.90x against 32 MB) of letting it launch at once (probably: the next blocks' prefetches
 // compete with our stream); with 16 rows 0.92-1.08x (median 1.00), and early
-// stays (bench/results/weight_stream_pdl_h200.csv, bfloat16 and float32).
+// stays (bench/results/weight_stream_pdl_h200.csv, bfloat16 and float32), as with 17 to 32 rows:
+// 0.92-1.09x (median 1.00; bench/results/weight_stream_rows_first_h200.csv).
 template <mma::Mode M, int NG, int U>
 void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool programmatic = true) {
   using T = typename mma::ModeTraits<M>::Element;

@@ -1,4 +1,4 @@
-// The weight-streaming kernel: a few rows of x (up to 16) against a large weight, as in one
+// The weight-streaming kernel: a few rows of x (up to 32) against a large weight, as in one
 // decoding step of a language model. Entry points for the dispatcher and the benchmarks.
 #pragma once
 
@@ -11,7 +11,7 @@
 namespace gather_linear::cuda {
 
 // Rows of x one launch serves: every block multiplies all of them by its rows of the weight.
-inline constexpr std::int64_t kWeightStreamMaxRows = 16;
+inline constexpr std::int64_t kWeightStreamMaxRows = 32;
 
 // When the next kernel in the stream may launch: right after the wait for the previous one, or
 // once the weight has been streamed; by_rows takes the measured choice for the row count.
