@@ -704,11 +704,12 @@ TEST_F(CudaTest, WeightStreamDeterministic) {
     }
 }
 
-// The dispatcher sends problems of up to 16 rows to the weight-streaming kernel (where it can
-// read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows);
-// float32 up to 8 rows against 2 to 144 MB, with 9 to 16 rows TF32 up to 36 MB from 1024 outputs
-// and exact where the latency kernel declines; nothing else. Each choice is accurate. (The rule counts no SMs: the same on
-// any GPU.)
+// The dispatcher sends problems of up to 32 rows to the weight-streaming kernel (where it can
+// read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows,
+// 8 MB with 17 to 32); float32 from 2 MB, up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to
+// 36 MB from 1024 outputs and exact where the latency kernel declines, with 17 to 32 rows TF32
+// up to 8 MB from 768 outputs and exact from 1024 outputs; nothing else. Each choice is accurate.
+// (The rule counts no SMs: the same on any GPU.)
 TEST_F(CudaTest, WeightStreamChoices) {
   struct Expected {
     Case c;
@@ -722,7 +723,9 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{12, 8, 64, 768}, DType::bfloat16, Layout::head_major, true}, true},     // 1.1 MB
       {{{48, 4, 128, 6144}, DType::bfloat16, Layout::contiguous, true}, true},   // 72 MB
       {{{48, 16, 128, 6144}, DType::float16, Layout::contiguous, true}, false},  // 72 MB, 16 rows
-      {{{16, 17, 128, 2048}, DType::bfloat16, Layout::head_major, true}, false}, // 17 rows
+      {{{16, 17, 128, 2048}, DType::bfloat16, Layout::head_major, true}, true},  // 8 MB, 17 rows
+      {{{16, 17, 128, 4096}, DType::bfloat16, Layout::head_major, true}, false}, // 16 MB, 17 rows
+      {{{26, 32, 128, 512}, DType::float16, Layout::contiguous, true}, true},    // 3.2 MB, 32 rows
       {{{64, 1, 128, 8192}, DType::bfloat16, Layout::contiguous, true}, false},  // 128 MB
       {{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true}, false},     // 14 KB: latency kernel
       {{{16, 8, 128, 2048}, DType::bfloat16, Layout::strided, true}, false},     // no 16-byte chunks
@@ -736,6 +739,16 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{8, 16, 128, 1024}, DType::float32, Layout::contiguous, true}, true, tf32},    // 4 MB
       {{{32, 16, 128, 4096}, DType::float32, Layout::contiguous, false}, false, tf32}, // 64 MB, 16 rows
       {{{26, 16, 128, 512}, DType::float32, Layout::contiguous, true}, false, tf32},   // 512 outputs
+      {{{16, 24, 128, 2048}, DType::float32, Layout::head_major, true}, true},         // exact, 24 rows
+      {{{8, 32, 128, 1024}, DType::float32, Layout::contiguous, false}, true},         // 4 MB
+      {{{4, 32, 128, 2048}, DType::float32, Layout::contiguous, true}, true},          // the latency kernel's
+      {{{40, 18, 128, 8192}, DType::float32, Layout::contiguous, true}, true},         // 160 MB, 18 rows
+      {{{26, 32, 128, 512}, DType::float32, Layout::contiguous, true}, false},         // 512 outputs
+      {{{16, 33, 128, 2048}, DType::float32, Layout::contiguous, true}, false},        // 33 rows
+      {{{16, 32, 128, 2048}, DType::float32, Layout::contiguous, true}, false, tf32},  // TF32, 16 MB
+      {{{8, 32, 128, 1024}, DType::float32, Layout::head_major, true}, true, tf32},    // TF32, 4 MB
+      {{{26, 32, 128, 512}, DType::float32, Layout::contiguous, true}, false, tf32},   // TF32, 512 outputs
+      {{{16, 33, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, false},       // 33 rows
   };
   for (const Expected& e : cases) {
     Operands o = make_operands(e.c, 5);

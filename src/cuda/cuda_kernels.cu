@@ -60,8 +60,8 @@ const std::array<KernelEntry, 6> kKernels{{
 std::span<const KernelEntry> kernels() { return kKernels; }
 
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): problems of up to 16 rows
-// against a weight of 1 to 64-72 MB (16-bit; float32 by its own rule) go to the weight-streaming
-// kernel; the latency kernel wins while the work is small; exact float32 beyond about a million
+// against a weight of 1 to 64-72 MB (16-bit; to 8 MB with 17 to 32 rows; float32 by its own
+// rule) go to the weight-streaming kernel; the latency kernel wins while the work is small; exact float32 beyond about a million
 // outputs goes to the 3xTF32 tensor-core kernel; 16-bit problems beyond the latency kernel's
 // reach and TF32 ones that fill the GPU go to the Hopper GETT where it wins
 // (gett::outruns_unfused); elsewhere, and wherever cuBLAS outruns the fused kernels, the unfused
@@ -81,22 +81,30 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   const bool latency_outputs = !sixteen_bit || p.outputs() < 65536;
   // Up to 16 rows against 16-bit weights from 1 MB: read once by every SM, faster than unfused
   // and than the latency kernel; at 128 MB cuBLAS streams faster (0.90-0.93x). Up to 8 rows to
-  // 72 MB; with 9 to 16 to 64 MB (at 72 MB, 1.04x unfused's time as a programmatic launch).
-  // bench/results/weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv.
+  // 72 MB; with 9 to 16 to 64 MB (at 72 MB, 1.04x unfused's time as a programmatic launch); with
+  // 17 to 32 to 8 MB (0.65-0.97x unfused's time; from 32 MB 1.07-1.59x). bench/results/:
+  // weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv, weight_stream_rows_h200.csv.
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
   const bool streamable = p.B <= kWeightStreamMaxRows && weight_bytes >= MiB && weight_stream_why_not(p).empty();
-  if (streamable && sixteen_bit && p.B <= 16 && weight_bytes <= (p.B <= 8 ? 72 : 64) * MiB)
-    return kKernels[kWeightStream];
+  const double sixteen_bit_limit = (p.B <= 8 ? 72 : p.B <= 16 ? 64 : 8) * MiB;
+  if (streamable && sixteen_bit && weight_bytes <= sixteen_bit_limit) return kKernels[kWeightStream];
   // float32 (exact as 3xTF32, or TF32), measured against the better of the latency kernel and
   // unfused (bench/results/weight_stream_pdl_h200.csv): up to 8 rows against 2-128 MB, 0.67-1.01x
   // the time (from 2 MB: at 2.2 MB it beat the latency kernel by only 5-7%, and nothing smaller
   // was measured). With 9 to 16 rows its tensor cores work harder: exact 0.43-0.91x unfused's time
   // where the latency kernel declines; TF32 0.84-0.97x up to 36 MB from 1024 outputs (64
-  // blocks), but 1.13x at 144 MB and 1.21x with 512 outputs.
+  // blocks), but 1.13x at 144 MB and 1.21x with 512 outputs. With 17 to 32 rows
+  // (bench/results/weight_stream_rows_h200.csv): exact from 1024 outputs at 2-256 MB, 0.51-0.88x
+  // unfused's time, and 0.77x the latency kernel's where that takes the problem (with 512
+  // outputs 1.14x); TF32 up to 8 MB from 768 outputs, 0.62-0.82x (from 16 MB 1.02-1.49x).
   const bool latency_takes = macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty();
-  if (streamable && p.dtype == DType::float32 && weight_bytes >= 2 * MiB && weight_bytes <= 144 * MiB &&
-      (p.B <= 8 || (tf32 && p.B <= 16 && weight_bytes <= 36 * MiB && p.K >= 1024) ||
-       (exact_float32 && p.B <= 16 && !latency_takes)))
+  const bool float32_streams = p.B <= 8    ? weight_bytes <= 144 * MiB
+                               : p.B <= 16 ? weight_bytes <= 144 * MiB &&
+                                                 ((tf32 && weight_bytes <= 36 * MiB && p.K >= 1024) ||
+                                                  (exact_float32 && !latency_takes))
+                               : exact_float32 ? p.K >= 1024
+                                               : weight_bytes <= 8 * MiB && p.K >= 768;
+  if (streamable && p.dtype == DType::float32 && weight_bytes >= 2 * MiB && float32_streams)
     return kKernels[kWeightStream];
   if (latency_takes) return kKernels[kLatency];
   if (exact_float32 && p.outputs() >= 786432 && mma_gemm_why_not(p).empty()) return kKernels[kMma];
