@@ -284,6 +284,22 @@ void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidate
   for (std::size_t i = 0; i < candidates.size(); ++i) print_row(s, in.dtype, candidates[i].name, timings[i], errors[i]);
 }
 
+// cuBLASLt GEMM-only on the pre-concatenated input, the unfused baseline, and the latency and
+// weight-streaming kernels as dispatched, in one precision (`mode` ends each name).
+std::vector<Candidate> decode_comparators(Inputs& in, const Run& unfused, Fp32Precision precision,
+                                          const std::string& mode) {
+  return {{"cublaslt_gemm_only_" + mode,
+           [&in, precision](const Problem& p, cudaStream_t st) {
+             cuda::gemm_on_concatenated(p, in.concatenated, precision, in.gemm_workspace, st);
+           },
+           false},
+          {"unfused_cublaslt_" + mode, unfused, false},
+          {"latency_dispatched_" + mode, [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); },
+           true},
+          {"stream_dispatched_" + mode,
+           [precision](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st); }, true}};
+}
+
 template <int NG, int U, cuda::mma::Mode M = cuda::mma::Mode::bf16>
 Run stream_variant(cuda::WeightStreamTuning tuning = {}, bool programmatic = true) {
   return [=](const Problem& p, cudaStream_t st) { cuda::weight_stream::launch<M, NG, U>(p, st, tuning, programmatic); };
@@ -353,24 +369,16 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
       const std::string mode = precision == Fp32Precision::tf32 ? "tf32" : "f32";
       const Run unfused = unfused_run(in, precision);
       cuda::concatenate(in.sets[0], in.concatenated, stream);
-      compare(s, in,
-              {{"cublaslt_gemm_only_" + mode,
-                [&in, precision](const Problem& p, cudaStream_t st) {
-                  cuda::gemm_on_concatenated(p, in.concatenated, precision, in.gemm_workspace, st);
-                },
-                false},
-               {"unfused_cublaslt_" + mode, unfused, false},
-               {"latency_dispatched_" + mode, [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); },
-                true},
-               {"stream_dispatched_" + mode,
-                [precision](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st); }, true},
-               {"stream_early_" + mode,
-                [precision, early](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st, early); },
-                true},
-               {"stream_late_" + mode,
-                [precision, late](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st, late); },
-                true}},
-              unfused, stream);
+      std::vector<Candidate> candidates = decode_comparators(in, unfused, precision, mode);
+      candidates.push_back(
+          {"stream_early_" + mode,
+           [precision, early](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st, early); },
+           true});
+      candidates.push_back(
+          {"stream_late_" + mode,
+           [precision, late](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st, late); },
+           true});
+      compare(s, in, candidates, unfused, stream);
     }
   }
 }
@@ -395,17 +403,7 @@ void stream_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
         const std::string mode = dtype == DType::bfloat16 ? "bf16" : precision == Fp32Precision::tf32 ? "tf32" : "f32";
         const Run unfused = unfused_run(in, precision);
         cuda::concatenate(in.sets[0], in.concatenated, stream);
-        std::vector<Candidate> candidates = {
-            {"cublaslt_gemm_only_" + mode,
-             [&in, precision](const Problem& p, cudaStream_t st) {
-               cuda::gemm_on_concatenated(p, in.concatenated, precision, in.gemm_workspace, st);
-             },
-             false},
-            {"unfused_cublaslt_" + mode, unfused, false},
-            {"latency_dispatched_" + mode, [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); },
-             true},
-            {"stream_dispatched_" + mode,
-             [precision](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st); }, true}};
+        std::vector<Candidate> candidates = decode_comparators(in, unfused, precision, mode);
         const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
         if (dtype == DType::bfloat16) {
           add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::bf16>(early));
