@@ -364,14 +364,29 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   Vec acc[BT][KT] = {};
   const std::int64_t vectors_end = p.RH / L * L;
   const int tail = static_cast<int>(p.RH - vectors_end);
-  // A float32 reduction shorter than one vector stays scalar: its padded copies cost more than
-  // its few multiply-adds (1.16x the time at R*H = 7); float16 and bfloat16 gain (0.72x).
-  const bool vector_tail = tail > 0 && !(std::is_same_v<In, Acc> && vectors_end == 0);
+  // float32 on AVX-512 loads the weight rows' last partial vector with one masked load; elsewhere
+  // it is copied element by element into a zeroed vector.
+  constexpr bool kMaskedWeightTail = GATHER_GEMM_AVX512 && std::is_same_v<In, float>;
+  // A float32 reduction shorter than one vector stays scalar when that copy is needed: it costs
+  // more than the few multiply-adds (1.16x the time at R*H = 7); float16 and bfloat16 gain
+  // (0.72x), and so does float32 with the masked load (0.31-0.47x at R*H = 7-15).
+  const bool vector_tail = tail > 0 && (kMaskedWeightTail || !(std::is_same_v<In, Acc> && vectors_end == 0));
   const std::int64_t summed = vector_tail ? p.RH : vectors_end;  // the rest in the epilogue
   // The weight rows' last partial vector, zero-padded (A's rows are padded already): one vector
   // step instead of a scalar tail per output (which had made odd slice widths, e.g. H = 13 or 21,
   // take 2-3x the time of OpenBLAS's cat + sgemm).
   const auto weight_tail = [&](int j) {
+#if GATHER_GEMM_AVX512
+    if constexpr (kMaskedWeightTail) {
+      // Masked-off lanes are not read, so cannot fault. The element-wise copy had taken 1.1-1.5x
+      // the time of a whole call with odd slice widths (docs/PERFORMANCE.md, "The weight's tail
+      // as a masked load").
+      const __m512 part = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << tail) - 1), w[j] + vectors_end);
+      Vec v;
+      std::memcpy(&v, &part, sizeof(Vec));
+      return v;
+    }
+#endif
     Acc padded[L] = {};
     for (int t = 0; t < tail; ++t) padded[t] = load_as<Acc>(w[j][vectors_end + t]);
     Vec v;
