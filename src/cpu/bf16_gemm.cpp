@@ -243,7 +243,9 @@ void amx_direct_block(const WeightTile (&w)[2], bool two, std::int64_t main_dept
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bf16")
+// AVX512BW for the direct tiles' masked 16-bit loads: every processor with AVX512-BF16 has it, and
+// bf16_dot_supported() checks it.
+#pragma GCC target("avx512f,avx512bw,avx512bf16")
 // c (12 x 32 float32, row stride ldc) = (accumulate ? c : 0) + a (pairs x 12 words: pair q of
 // row i at a[q * 12 + i]) * the two 16-output panels w0, w1 (pairs x 16 words).
 void dot_micro_kernel(int pairs, const std::uint32_t* __restrict a, const std::uint32_t* __restrict w0,
@@ -279,7 +281,10 @@ inline __m512bh load_pairs(const BFloat16* src) { return reinterpret_cast<__m512
 // y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (bfloat16, row stride lda) and kt <= 4
 // weight rows along a unit stride, each read once in place: vectors of 16 pairs along the
 // reduction, VDPBF16PS into 16 float32 partial sums an output (four such vectors along each weight
-// row for a single row of A on a short reduction), added up at the end.
+// row for a single row of A on a short reduction), added up at the end. The reduction's last
+// partial vector is one more step, from masked loads (masked-off lanes are zeros and are not
+// read): summed one element at a time per output, it had made odd slice widths take 2.3-7.7x the
+// time (docs/PERFORMANCE.md, "The bfloat16 dot kernel's tail as masked loads").
 template <int BT>
 void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, std::int64_t b0, std::int64_t k0,
                      int kt) {
@@ -294,6 +299,11 @@ void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, s
     for (int j = 0; j < KT; ++j) acc[i][j] = _mm512_setzero_ps();
   constexpr int V = 2 * kPanel;  // bfloat16 a vector
   const std::int64_t vectors_end = p.RH / V * V;
+  const int tail = static_cast<int>(p.RH - vectors_end);
+  const auto tail_mask = static_cast<__mmask32>((std::uint64_t{1} << tail) - 1);
+  const auto load_tail = [&](const BFloat16* src) {
+    return reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(tail_mask, src + vectors_end));
+  };
   if (BT == 1 && p.RH <= kSingleRowStreamMaxReduction) {
     // A single row of A: the weight's rows one after another, four partial sums along each
     // (kSingleRowStreamMaxReduction says when one stream beats four).
@@ -305,6 +315,7 @@ void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, s
         for (int u = 0; u < 4; ++u)
           part[u] = _mm512_dpbf16_ps(part[u], load_pairs(a[0] + c + u * V), load_pairs(w[j] + c + u * V));
       for (; c < vectors_end; c += V) part[0] = _mm512_dpbf16_ps(part[0], load_pairs(a[0] + c), load_pairs(w[j] + c));
+      if (tail > 0) part[1] = _mm512_dpbf16_ps(part[1], load_tail(a[0]), load_tail(w[j]));
       acc[0][j] = _mm512_add_ps(_mm512_add_ps(part[0], part[1]), _mm512_add_ps(part[2], part[3]));
     }
   } else {
@@ -319,10 +330,21 @@ void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, s
         for (int j = 0; j < KT; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, wv[j]);
       }
     }
+    if (tail > 0) {  // unrolled like the loop above, so that acc stays in registers
+      __m512bh wv[KT];
+#pragma GCC unroll 4
+      for (int j = 0; j < KT; ++j) wv[j] = load_tail(w[j]);
+#pragma GCC unroll 4
+      for (int i = 0; i < BT; ++i) {
+        const auto av = load_tail(a[i]);
+#pragma GCC unroll 4
+        for (int j = 0; j < KT; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, wv[j]);
+      }
+    }
   }
   const auto* bias = static_cast<const BFloat16*>(p.bias);
   auto* y = static_cast<BFloat16*>(p.y);
-  if (kt == KT && vectors_end == p.RH && p.y_stride_k == 1) {
+  if (kt == KT && p.y_stride_k == 1) {
     // A whole tile: its 16 sums at once (the same sums), then a row's 4 outputs at once.
     __m512 all[16];
     for (int n = 0; n < 16; ++n) all[n] = n < BT * KT ? acc[n / KT][n % KT] : _mm512_setzero_ps();
@@ -339,8 +361,7 @@ void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, s
   }
   for (int i = 0; i < BT; ++i)
     for (int j = 0; j < kt; ++j) {
-      float sum = _mm512_reduce_add_ps(acc[i][j]);
-      for (std::int64_t t = vectors_end; t < p.RH; ++t) sum += to_float(a[i][t]) * to_float(w[j][t]);
+      const float sum = _mm512_reduce_add_ps(acc[i][j]);
       y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] = to_bfloat16(sum + (bias ? to_float(bias[k0 + j]) : 0.f));
     }
 }
