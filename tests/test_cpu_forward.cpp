@@ -204,9 +204,9 @@ TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
   expect_rounded_once<BFloat16>(kBfloat16Cases, 1, [](const Problem& p) { cpu::run_amx_bf16(p); });
 }
 
-// The AVX512-BF16 kernel: chosen for bfloat16 without AMX where x's slices run along a unit
-// stride in whole pairs or its rows sit side by side (else the engine), and refused by name
-// otherwise.
+// The AVX512-BF16 kernel: chosen for bfloat16 without AMX for short batches, and where x's slices
+// run along a unit stride in whole pairs or its rows sit side by side (else the engine), and
+// refused by name otherwise.
 TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOtherwise) {
   const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
   const auto chosen = [](const Case& c) {
@@ -216,14 +216,16 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
   if (!cpu::amx_bf16_supported()) {
     EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::head_major, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // odd H
+    EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::contiguous, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");  // odd H, but a short batch
+    EXPECT_EQ(chosen({{4, 24, 31, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // odd H
     EXPECT_EQ(chosen({{4, 24, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
   }
-  // Without AMX, short batches read the weight in place on the dot kernel: up to 8 rows, or 16
-  // against a weight of 128 KB or more or a reduction of whole 32-element vectors; strided x is
-  // gathered once, so it does not matter there. AMX has a direct path of its own, and takes every
+  // Without AMX, short batches (up to 16 rows) read the weight in place on the dot kernel, whether
+  // or not the reduction is whole 32-element vectors; strided x is gathered once, so it does not
+  // matter there. AMX has a direct path of its own, and takes every
   // bfloat16 problem but single rows against a weight of 1 MB or more.
   if (cpu::bf16_dot_supported()) {
     const std::string kernel = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_bf16_dot";
@@ -235,7 +237,8 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
     if (!cpu::amx_bf16_supported()) {
       EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");  // whole vectors
       EXPECT_EQ(chosen({{4, 12, 33, 56}, DType::bfloat16, Layout::b_unit, true}), "cpu_bf16_dot");   // packs fast
-      EXPECT_EQ(chosen({{3, 12, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // a tail
+      EXPECT_EQ(chosen({{3, 12, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");  // a tail
+      EXPECT_EQ(chosen({{3, 17, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
     }
   }
   EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");

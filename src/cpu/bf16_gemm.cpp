@@ -90,18 +90,17 @@ constexpr int kDotOutputs = 2 * kPanel;
 // 12-row panel of A (6 KB) stay in a 32 KB L1 data cache.
 constexpr int kDotSlicePairs = 128;
 constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered slice (48 KB) stays in L2
-// Batches this short take the dot kernel's direct path (dot_direct): up to 8 rows always, up to 16
-// where the weight is at least 128 KB or the reduction is whole vectors (and A's gathered rows
-// within kDirectRowsBytes). Against the packed path it took 0.16-0.63 of the time at B = 1 to 4,
-// 0.46-0.69 at B = 8 to 16 with weights of 2 to 32 MB, and 0.81-1.43 at B = 24 (2-core Zen 4,
-// docs/PERFORMANCE.md, "Short batches"). With threads from 256 KB of weight it also won at B = 5 to
-// 16 on 128-512 KB weights, and at B = 5 to 8 on 14-64 KB; not at B = 12 to 16 on 64 KB
-// (docs/PERFORMANCE.md, "The dot kernel's direct path from 128 KB"). Since its tiles sum and store
-// 16 outputs at once, it wins there too, 0.66-0.84x the packed path's time at B = 12 and 16 on
-// 14-64 KB, where the reduction has no scalar tail (R*H a multiple of 32; one of 63 took 2.4x the
-// float32 engine's time).
-constexpr std::int64_t kDotDirectRows = 8, kDotDirectRowsLargeWeight = 16;
-constexpr std::int64_t kDotDirectLargeWeightBytes = std::int64_t{128} << 10;
+// Batches this short take the dot kernel's direct path (dot_direct): up to 16 rows (with A's
+// gathered rows within kDirectRowsBytes). Against the packed path it took 0.16-0.63 of the time
+// at B = 1 to 4, 0.46-0.69 at B = 8 to 16 with weights of 2 to 32 MB, and 0.81-1.43 at B = 24
+// (2-core Zen 4, docs/PERFORMANCE.md, "Short batches"). With threads from 256 KB of weight it also
+// won at B = 5 to 16 on 128-512 KB weights, and at B = 5 to 8 on 14-64 KB; not at B = 12 to 16 on
+// 64 KB (docs/PERFORMANCE.md, "The dot kernel's direct path from 128 KB"). Since its tiles sum and
+// store 16 outputs at once, it wins there too, 0.66-0.84x the packed path's time at B = 12 and 16
+// on 14-64 KB; and since its reduction's tail is one vector step, with odd slice widths as well:
+// 0.49-0.55x the time of the float32 engine, which had taken those at B = 9 to 16 on weights
+// under 128 KB (docs/PERFORMANCE.md, "The bfloat16 dot kernel's tail as masked loads").
+constexpr std::int64_t kDotDirectRows = 16;
 // Where AMX is there too, a single row against a weight this large still streams it faster here
 // than on AMX's direct path: 0.87 of its time at (32, 1, 128, 4096), eager PyTorch's the
 // yardstick; not so at 512 KB (the GPU host's Xeon, docs/PERFORMANCE.md, "Short batches on AMX").
@@ -845,10 +844,7 @@ std::string bf16_dot_why_not(const Problem& p) {
 }
 
 bool bf16_dot_reads_weight_in_place(const Problem& p) {
-  const bool large_weight = p.weight_bytes() >= kDotDirectLargeWeightBytes;
-  const bool whole_vectors = p.RH % (2 * kPanel) == 0;  // no scalar tail in the direct tiles
-  return p.dtype == DType::bfloat16 && p.weight_stride_c == 1 &&
-         p.B <= (large_weight || whole_vectors ? kDotDirectRowsLargeWeight : kDotDirectRows) &&
+  return p.dtype == DType::bfloat16 && p.weight_stride_c == 1 && p.B <= kDotDirectRows &&
          p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes;
 }
 
