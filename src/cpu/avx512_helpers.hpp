@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "core/numeric.hpp"
@@ -93,6 +94,27 @@ inline __m512 load16_as_float(const T* src) {
     return _mm512_loadu_ps(src);
   } else {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    if constexpr (std::is_same_v<T, Half>) return _mm512_cvtph_ps(bits);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+}
+
+// The first `count` (below 16) values from src as float32, the other lanes zeros; nothing past
+// them is read, so a row that ends at the edge of a page cannot fault. AVX512F has no masked
+// 16-bit load: whole pairs come from a masked 32-bit one, an odd last value by a masked broadcast.
+template <class T>
+inline __m512 load_first_as_float(const T* src, int count) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), src);
+  } else {
+    const int pairs = count / 2;
+    __m512i words = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << pairs) - 1), src);
+    if (count % 2 != 0) {
+      std::uint16_t last;
+      std::memcpy(&last, src + count - 1, sizeof(last));
+      words = _mm512_or_si512(words, _mm512_maskz_set1_epi32(static_cast<__mmask16>(1u << pairs), last));
+    }
+    const __m256i bits = _mm512_castsi512_si256(words);
     if constexpr (std::is_same_v<T, Half>) return _mm512_cvtph_ps(bits);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   }

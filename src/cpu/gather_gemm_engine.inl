@@ -364,9 +364,13 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   Vec acc[BT][KT] = {};
   const std::int64_t vectors_end = p.RH / L * L;
   const int tail = static_cast<int>(p.RH - vectors_end);
-  // float32 on AVX-512 loads the weight rows' last partial vector with one masked load; elsewhere
-  // it is copied element by element into a zeroed vector.
-  constexpr bool kMaskedWeightTail = GATHER_GEMM_AVX512 && std::is_same_v<In, float>;
+  // On AVX-512 the weight rows' last partial vector comes from masked loads; elsewhere it is
+  // copied element by element into a zeroed vector.
+#if GATHER_GEMM_AVX512
+  constexpr bool kMaskedWeightTail = kLoads16AsFloat<In>;
+#else
+  constexpr bool kMaskedWeightTail = false;
+#endif
   // A float32 reduction shorter than one vector stays scalar when that copy is needed: it costs
   // more than the few multiply-adds (1.16x the time at R*H = 7); float16 and bfloat16 gain
   // (0.72x), and so does float32 with the masked load (0.31-0.47x at R*H = 7-15).
@@ -378,10 +382,10 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   const auto weight_tail = [&](int j) {
 #if GATHER_GEMM_AVX512
     if constexpr (kMaskedWeightTail) {
-      // Masked-off lanes are not read, so cannot fault. The element-wise copy had taken 1.1-1.5x
-      // the time of a whole call with odd slice widths (docs/PERFORMANCE.md, "The weight's tail
-      // as a masked load").
-      const __m512 part = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << tail) - 1), w[j] + vectors_end);
+      // The element-wise copy had taken 1.1-1.5x the time of a whole call with odd slice widths
+      // in float32, 1.1-1.6x in float16 and bfloat16 (docs/PERFORMANCE.md, "The weight's tail as
+      // a masked load").
+      const __m512 part = load_first_as_float(w[j] + vectors_end, tail);
       Vec v;
       std::memcpy(&v, &part, sizeof(Vec));
       return v;
