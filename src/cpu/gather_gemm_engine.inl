@@ -41,6 +41,11 @@ inline const std::uint32_t* float_words(const In* src, float* widened) {
 #else
 #define GATHER_GEMM_AVX512 0
 #endif
+#if GATHER_GEMM_VECTOR_BYTES == 32 && defined(GATHER_GEMM_HAS_X86_VARIANTS)
+#define GATHER_GEMM_AVX2 1
+#else
+#define GATHER_GEMM_AVX2 0
+#endif
 
 // c (MR x NR, row stride ldc) = (accumulate ? c : 0) + the MR-tall panel a times the NR-wide
 // panel b, over kc reduction steps.
@@ -364,10 +369,12 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   Vec acc[BT][KT] = {};
   const std::int64_t vectors_end = p.RH / L * L;
   const int tail = static_cast<int>(p.RH - vectors_end);
-  // On AVX-512 the weight rows' last partial vector comes from masked loads; elsewhere it is
-  // copied element by element into a zeroed vector.
+  // On AVX-512 (and for float32 on AVX2) the weight rows' last partial vector comes from masked
+  // loads; elsewhere it is copied element by element into a zeroed vector.
 #if GATHER_GEMM_AVX512
   constexpr bool kMaskedWeightTail = kLoads16AsFloat<In>;
+#elif GATHER_GEMM_AVX2
+  constexpr bool kMaskedWeightTail = std::is_same_v<In, float>;
 #else
   constexpr bool kMaskedWeightTail = false;
 #endif
@@ -383,9 +390,17 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
 #if GATHER_GEMM_AVX512
     if constexpr (kMaskedWeightTail) {
       // The element-wise copy had taken 1.1-1.5x the time of a whole call with odd slice widths
-      // in float32, 1.1-1.6x in float16 and bfloat16 (docs/PERFORMANCE.md, "The weight's tail as
-      // a masked load").
+      // in float32, 1.1-1.6x in float16 and bfloat16; on AVX2 1.25-1.9x in float32
+      // (docs/PERFORMANCE.md, "The weight's tail as a masked load").
       const __m512 part = load_first_as_float(w[j] + vectors_end, tail);
+      Vec v;
+      std::memcpy(&v, &part, sizeof(Vec));
+      return v;
+    }
+#elif GATHER_GEMM_AVX2
+    if constexpr (kMaskedWeightTail) {  // VMASKMOVPS does not read, or fault on, masked-off lanes
+      const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+      const __m256 part = _mm256_maskload_ps(w[j] + vectors_end, _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), lanes));
       Vec v;
       std::memcpy(&v, &part, sizeof(Vec));
       return v;
@@ -545,3 +560,4 @@ Engine engine() {
 }
 
 #undef GATHER_GEMM_AVX512  // defined again by the next instruction set's inclusion
+#undef GATHER_GEMM_AVX2
