@@ -352,6 +352,56 @@ std::int64_t direct_row_stride(std::int64_t RH) {
   return (RH + L - 1) / L * L;
 }
 
+// On AVX-512 (and for float32 on AVX2) a weight row's last partial vector comes from masked
+// loads; elsewhere it is copied element by element into a zeroed vector.
+#if GATHER_GEMM_AVX512
+template <class In> constexpr bool kMaskedWeightTail = kLoads16AsFloat<In>;
+#elif GATHER_GEMM_AVX2
+template <class In> constexpr bool kMaskedWeightTail = std::is_same_v<In, float>;
+#else
+template <class In> constexpr bool kMaskedWeightTail = false;
+#endif
+
+// Whether the direct path's reduction ends in one more vector step (A's gathered rows are padded
+// with zeros to whole vectors, the weight rows' tail comes from weight_tail_vector) rather than a
+// scalar tail per output (which had made odd slice widths, e.g. H = 13 or 21, take 2-3x the time
+// of OpenBLAS's cat + sgemm). A float32 reduction shorter than one vector stays scalar where the
+// tail is copied: the copy costs more than the few multiply-adds (1.16x the time at R*H = 7);
+// float16 and bfloat16 gain (0.72x), and so does float32 with the masked load (0.31-0.47x at
+// R*H = 7-15).
+template <class In, class Acc>
+bool vector_tail_pays(std::int64_t vectors_end, int tail) {
+  return tail > 0 && (kMaskedWeightTail<In> || !(std::is_same_v<In, Acc> && vectors_end == 0));
+}
+
+// The first `tail` (below one vector) elements of a weight row from src, as a vector whose other
+// lanes are zeros.
+template <class In, class Acc, class Vec>
+Vec weight_tail_vector(const In* src, int tail) {
+  Vec v;
+#if GATHER_GEMM_AVX512
+  if constexpr (kMaskedWeightTail<In>) {
+    // The element-wise copy had taken 1.1-1.5x the time of a whole call with odd slice widths in
+    // float32, 1.1-1.6x in float16 and bfloat16; on AVX2 1.25-1.9x in float32
+    // (docs/PERFORMANCE.md, "The weight's tail as a masked load").
+    const __m512 part = load_first_as_float(src, tail);
+    std::memcpy(&v, &part, sizeof(Vec));
+    return v;
+  }
+#elif GATHER_GEMM_AVX2
+  if constexpr (kMaskedWeightTail<In>) {  // VMASKMOVPS does not read, or fault on, masked-off lanes
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 part = _mm256_maskload_ps(src, _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), lanes));
+    std::memcpy(&v, &part, sizeof(Vec));
+    return v;
+  }
+#endif
+  Acc padded[Tiling<Acc>::kLanes] = {};
+  for (int t = 0; t < tail; ++t) padded[t] = load_as<Acc>(src[t]);
+  std::memcpy(&v, padded, sizeof(Vec));
+  return v;
+}
+
 // y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (rows, each direct_row_stride long) and
 // kt <= 4 weight rows along a unit stride, read once for the BT rows: vectors run along the
 // reduction, 4 * BT partial sums (4 along each weight row for a single row of A on a short
@@ -369,49 +419,9 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   Vec acc[BT][KT] = {};
   const std::int64_t vectors_end = p.RH / L * L;
   const int tail = static_cast<int>(p.RH - vectors_end);
-  // On AVX-512 (and for float32 on AVX2) the weight rows' last partial vector comes from masked
-  // loads; elsewhere it is copied element by element into a zeroed vector.
-#if GATHER_GEMM_AVX512
-  constexpr bool kMaskedWeightTail = kLoads16AsFloat<In>;
-#elif GATHER_GEMM_AVX2
-  constexpr bool kMaskedWeightTail = std::is_same_v<In, float>;
-#else
-  constexpr bool kMaskedWeightTail = false;
-#endif
-  // A float32 reduction shorter than one vector stays scalar when that copy is needed: it costs
-  // more than the few multiply-adds (1.16x the time at R*H = 7); float16 and bfloat16 gain
-  // (0.72x), and so does float32 with the masked load (0.31-0.47x at R*H = 7-15).
-  const bool vector_tail = tail > 0 && (kMaskedWeightTail || !(std::is_same_v<In, Acc> && vectors_end == 0));
+  const bool vector_tail = vector_tail_pays<In, Acc>(vectors_end, tail);
   const std::int64_t summed = vector_tail ? p.RH : vectors_end;  // the rest in the epilogue
-  // The weight rows' last partial vector, zero-padded (A's rows are padded already): one vector
-  // step instead of a scalar tail per output (which had made odd slice widths, e.g. H = 13 or 21,
-  // take 2-3x the time of OpenBLAS's cat + sgemm).
-  const auto weight_tail = [&](int j) {
-#if GATHER_GEMM_AVX512
-    if constexpr (kMaskedWeightTail) {
-      // The element-wise copy had taken 1.1-1.5x the time of a whole call with odd slice widths
-      // in float32, 1.1-1.6x in float16 and bfloat16; on AVX2 1.25-1.9x in float32
-      // (docs/PERFORMANCE.md, "The weight's tail as a masked load").
-      const __m512 part = load_first_as_float(w[j] + vectors_end, tail);
-      Vec v;
-      std::memcpy(&v, &part, sizeof(Vec));
-      return v;
-    }
-#elif GATHER_GEMM_AVX2
-    if constexpr (kMaskedWeightTail) {  // VMASKMOVPS does not read, or fault on, masked-off lanes
-      const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-      const __m256 part = _mm256_maskload_ps(w[j] + vectors_end, _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), lanes));
-      Vec v;
-      std::memcpy(&v, &part, sizeof(Vec));
-      return v;
-    }
-#endif
-    Acc padded[L] = {};
-    for (int t = 0; t < tail; ++t) padded[t] = load_as<Acc>(w[j][vectors_end + t]);
-    Vec v;
-    std::memcpy(&v, padded, sizeof(Vec));
-    return v;
-  };
+  const auto weight_tail = [&](int j) { return weight_tail_vector<In, Acc, Vec>(w[j] + vectors_end, tail); };
   if (BT == 1 && p.RH <= kSingleRowStreamMaxReduction) {
     // A single row of A: the weight's rows one after another, four partial sums along each
     // (kSingleRowStreamMaxReduction says when one stream beats four).
@@ -504,11 +514,54 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
     }
 }
 
+// A single gathered row of A against 16 weight rows at once (AVX-512): 16 accumulators, one
+// lane-sum round for all of them. Against short weight rows the 4-row tiles' setup and lane sums
+// (12 of their 16 vectors zeros) outweighed their few multiply-adds.
+template <class In, class Acc>
+void single_row_tile16(const Problem& p, const Acc* row, std::int64_t k0, int kt) {
+  constexpr int L = Tiling<Acc>::kLanes, KT = 16;
+  typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
+  const In* w[KT];
+  for (int j = 0; j < KT; ++j)  // rows past kt repeat the last one; their sums are dropped
+    w[j] = static_cast<const In*>(p.weight) + (k0 + std::min(j, kt - 1)) * p.weight_stride_k;
+  const std::int64_t vectors_end = p.RH / L * L;
+  const int tail = static_cast<int>(p.RH - vectors_end);
+  const bool vector_tail = vector_tail_pays<In, Acc>(vectors_end, tail);
+  const std::int64_t summed = vector_tail ? p.RH : vectors_end;
+  Vec acc[KT] = {};
+  for (std::int64_t c = 0; c < vectors_end; c += L) {
+    Vec av;
+    std::memcpy(&av, row + c, sizeof(Vec));
+#pragma GCC unroll 16
+    for (int j = 0; j < KT; ++j) acc[j] += av * load_vector<In, Acc, Vec>(w[j] + c);
+  }
+  if (vector_tail) {
+    Vec av;
+    std::memcpy(&av, row + vectors_end, sizeof(Vec));
+#pragma GCC unroll 16
+    for (int j = 0; j < KT; ++j) acc[j] += av * weight_tail_vector<In, Acc, Vec>(w[j] + vectors_end, tail);
+  }
+  Acc sums[KT];
+  lane_sums<Acc, Vec, KT>(acc, sums);
+  const In* bias = static_cast<const In*>(p.bias);
+  In* y = static_cast<In*>(p.y);
+  for (int j = 0; j < kt; ++j) {
+    Acc sum = sums[j];
+    for (std::int64_t t = summed; t < p.RH; ++t) sum += row[t] * load_as<Acc>(w[j][t]);
+    y[(k0 + j) * p.y_stride_k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0)));
+  }
+}
+
 // For problems whose weight packing would not pay: too small overall, or a batch too short for
 // the packed weight to be reused (packing reads and writes the weight once more than the GEMM
 // reads it). A's rows are gathered once into rows_buf (B * direct_row_stride accumulators); then
 // each weight row is read once, straight from memory, against up to 4 rows of A at a time
 // (threads split the weight's rows).
+// A single row of A takes single_row_tile16 up to this reduction length: 0.44-0.80x the time of
+// the 4-row tiles at R*H = 9-256 on the Zen 4 VM, but about 2x at 1024, where 16 weight rows
+// read side by side stream worse than one (docs/PERFORMANCE.md, "A single row against 16 weight
+// rows at once").
+constexpr std::int64_t kSingleRowTile16MaxReduction = 256;
 template <class In, class Acc>
 void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
@@ -530,6 +583,14 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
     return;
   }
   const bool parallel = direct_parallel_pays(p);
+#if GATHER_GEMM_AVX512
+  if (p.B == 1 && p.RH <= kSingleRowTile16MaxReduction) {
+    for_each_index(ceil_div(p.K, 16), parallel, [&](std::int64_t t) {
+      single_row_tile16<In, Acc>(p, rows_buf, t * 16, static_cast<int>(std::min<std::int64_t>(16, p.K - t * 16)));
+    });
+    return;
+  }
+#endif
   for_each_direct_tile(p.B, p.K, parallel, [&](auto rows, std::int64_t b0, std::int64_t k0, int kt) {
     direct_tile<In, Acc, decltype(rows)::value>(p, rows_buf, b0, k0, kt);
   });
