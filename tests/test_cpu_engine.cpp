@@ -27,11 +27,12 @@ using namespace gather_linear::testing;
 // Each run on a thread of its own: the engine's scratch buffers belong to the calling thread and
 // only grow, so one left larger by an earlier run would hide an overrun from the sanitizer. The
 // direct path's tiles of 4 weight rows by 4, 3, 2 or 1 rows of A, with reduction tails, too (and
-// a single row against a weight of over 1 MB: few flops, but threads for its bytes).
+// a single row against a weight of over 1 MB: few flops, but threads for its bytes; and against
+// short weight rows, 16 at a time with a last tile of 6).
 TEST(CpuEngineAsan, EnginePathsStayInsideTheirBuffers) {
   for (int threads : {1, 2, 3, 4, 7}) {
     for (Shape shape : {Shape{12, 8, 128, 1024}, Shape{4, 300, 512, 700}, Shape{3, 5, 1000, 1500}, Shape{3, 7, 33, 70},
-                        Shape{2, 1, 300, 500}}) {
+                        Shape{2, 1, 300, 500}, Shape{3, 1, 29, 70}}) {
       for (DType dtype : {DType::float32, DType::float64}) {
         for (Layout layout : {Layout::head_major, Layout::strided, Layout::b_unit}) {
           for (auto path : {cpu::GemmPath::packed, cpu::GemmPath::direct}) {
