@@ -552,16 +552,18 @@ void single_row_tile16(const Problem& p, const Acc* row, std::int64_t k0, int kt
   }
 }
 
-// For problems whose weight packing would not pay: too small overall, or a batch too short for
-// the packed weight to be reused (packing reads and writes the weight once more than the GEMM
-// reads it). A's rows are gathered once into rows_buf (B * direct_row_stride accumulators); then
-// each weight row is read once, straight from memory, against up to 4 rows of A at a time
-// (threads split the weight's rows).
 // A single row of A takes single_row_tile16 up to this reduction length: 0.44-0.80x the time of
 // the 4-row tiles at R*H = 9-256 on the Zen 4 VM, but about 2x at 1024, where 16 weight rows
 // read side by side stream worse than one (docs/PERFORMANCE.md, "A single row against 16 weight
 // rows at once").
 constexpr std::int64_t kSingleRowTile16MaxReduction = 256;
+
+// For problems whose weight packing would not pay: too small overall, or a batch too short for
+// the packed weight to be reused (packing reads and writes the weight once more than the GEMM
+// reads it). A's rows are gathered once into rows_buf (B * direct_row_stride accumulators); then
+// each weight row is read once, straight from memory, against up to 4 rows of A at a time, 4
+// weight rows a tile (a single row of A on AVX-512 against short weight rows: 16 weight rows a
+// tile); threads split the weight's rows.
 template <class In, class Acc>
 void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
