@@ -289,8 +289,7 @@ void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, s
                      int kt) {
   constexpr int KT = 4;
   const BFloat16* w[KT];
-  for (int j = 0; j < KT; ++j)  // rows past kt repeat the last one; their sums are dropped
-    w[j] = static_cast<const BFloat16*>(p.weight) + (k0 + std::min(j, kt - 1)) * p.weight_stride_k;
+  direct_tile_weight_rows(p, k0, kt, w);
   const BFloat16* a[BT];
   for (int i = 0; i < BT; ++i) a[i] = rows + (b0 + i) * lda;
   __m512 acc[BT][KT];

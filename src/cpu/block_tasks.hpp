@@ -85,6 +85,14 @@ constexpr std::int64_t kDirectRowsBytes = std::int64_t{16} << 20;
 // from 4096 up to 1.40 on the Zen 4 (docs/PERFORMANCE.md, "One stream for short weight rows").
 constexpr std::int64_t kSingleRowStreamMaxReduction = 1024;
 
+// The weight rows of a direct-path tile of kt <= KT outputs from k0 (along a unit stride). Rows
+// past kt repeat the last one, so that the tile's loops keep a fixed count; their sums are dropped.
+template <class In, int KT>
+void direct_tile_weight_rows(const Problem& p, std::int64_t k0, int kt, const In* (&w)[KT]) {
+  for (int j = 0; j < KT; ++j)
+    w[j] = static_cast<const In*>(p.weight) + (k0 + std::min(j, kt - 1)) * p.weight_stride_k;
+}
+
 // The direct paths' split (no packing: each weight row read once against a few rows of A):
 // tile(std::integral_constant<int, BT>{}, b0, k0, kt) for every tile of kt <= 4 weight rows from
 // k0 by BT <= 4 rows of A from b0; tiles of 4 weight rows go to the OpenMP threads where

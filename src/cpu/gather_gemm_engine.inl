@@ -362,16 +362,26 @@ template <class In> constexpr bool kMaskedWeightTail = std::is_same_v<In, float>
 template <class In> constexpr bool kMaskedWeightTail = false;
 #endif
 
-// Whether the direct path's reduction ends in one more vector step (A's gathered rows are padded
-// with zeros to whole vectors, the weight rows' tail comes from weight_tail_vector) rather than a
-// scalar tail per output (which had made odd slice widths, e.g. H = 13 or 21, take 2-3x the time
+// How a direct-path tile walks the reduction: whole vectors, then the tail as one more vector step
+// (A's gathered rows are padded with zeros to whole vectors, the weight rows' tail comes from
+// weight_tail_vector) rather than a scalar tail per output (which had made odd slice widths, e.g. H = 13 or 21, take 2-3x the time
 // of OpenBLAS's cat + sgemm). A float32 reduction shorter than one vector stays scalar where the
 // tail is copied: the copy costs more than the few multiply-adds (1.16x the time at R*H = 7);
 // float16 and bfloat16 gain (0.72x), and so does float32 with the masked load (0.31-0.47x at
 // R*H = 7-15).
+struct ReductionSplit {
+  std::int64_t vectors_end;  // whole vectors of the reduction
+  int tail;                  // elements after them
+  bool vector_tail;          // the tail is one more vector step
+  std::int64_t summed;       // elements the vector steps cover; the rest is summed per output
+};
 template <class In, class Acc>
-bool vector_tail_pays(std::int64_t vectors_end, int tail) {
-  return tail > 0 && (kMaskedWeightTail<In> || !(std::is_same_v<In, Acc> && vectors_end == 0));
+ReductionSplit split_reduction(std::int64_t RH) {
+  constexpr int L = Tiling<Acc>::kLanes;
+  const std::int64_t vectors_end = RH / L * L;
+  const int tail = static_cast<int>(RH - vectors_end);
+  const bool vector_tail = tail > 0 && (kMaskedWeightTail<In> || !(std::is_same_v<In, Acc> && vectors_end == 0));
+  return {vectors_end, tail, vector_tail, vector_tail ? RH : vectors_end};
 }
 
 // The first `tail` (below one vector) elements of a weight row from src, as a vector whose other
@@ -411,16 +421,13 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   constexpr int L = Tiling<Acc>::kLanes, KT = 4;
   typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
   const In* w[KT];
-  for (int j = 0; j < KT; ++j)  // rows past kt repeat the last one; their sums are dropped
-    w[j] = static_cast<const In*>(p.weight) + (k0 + std::min(j, kt - 1)) * p.weight_stride_k;
+  direct_tile_weight_rows(p, k0, kt, w);
   const Acc* a[BT];
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
   for (int i = 0; i < BT; ++i) a[i] = rows + (b0 + i) * lda;
   Vec acc[BT][KT] = {};
-  const std::int64_t vectors_end = p.RH / L * L;
-  const int tail = static_cast<int>(p.RH - vectors_end);
-  const bool vector_tail = vector_tail_pays<In, Acc>(vectors_end, tail);
-  const std::int64_t summed = vector_tail ? p.RH : vectors_end;  // the rest in the epilogue
+  // Elements past `summed` are added in the epilogue.
+  const auto [vectors_end, tail, vector_tail, summed] = split_reduction<In, Acc>(p.RH);
   const auto weight_tail = [&](int j) { return weight_tail_vector<In, Acc, Vec>(w[j] + vectors_end, tail); };
   if (BT == 1 && p.RH <= kSingleRowStreamMaxReduction) {
     // A single row of A: the weight's rows one after another, four partial sums along each
@@ -522,12 +529,8 @@ void single_row_tile16(const Problem& p, const Acc* row, std::int64_t k0, int kt
   constexpr int L = Tiling<Acc>::kLanes, KT = 16;
   typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
   const In* w[KT];
-  for (int j = 0; j < KT; ++j)  // rows past kt repeat the last one; their sums are dropped
-    w[j] = static_cast<const In*>(p.weight) + (k0 + std::min(j, kt - 1)) * p.weight_stride_k;
-  const std::int64_t vectors_end = p.RH / L * L;
-  const int tail = static_cast<int>(p.RH - vectors_end);
-  const bool vector_tail = vector_tail_pays<In, Acc>(vectors_end, tail);
-  const std::int64_t summed = vector_tail ? p.RH : vectors_end;
+  direct_tile_weight_rows(p, k0, kt, w);
+  const auto [vectors_end, tail, vector_tail, summed] = split_reduction<In, Acc>(p.RH);
   Vec acc[KT] = {};
   for (std::int64_t c = 0; c < vectors_end; c += L) {
     Vec av;
