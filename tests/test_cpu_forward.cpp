@@ -225,8 +225,8 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
   }
   // Without AMX, short batches (up to 16 rows) read the weight in place on the dot kernel, whether
   // or not the reduction is whole 32-element vectors; strided x is gathered once, so it does not
-  // matter there. AMX has a direct path of its own, and takes every
-  // bfloat16 problem but single rows against a weight of 1 MB or more.
+  // matter there. AMX has a direct path of its own, and takes every bfloat16 problem but single
+  // rows against a weight of 1 MB or more.
   if (cpu::bf16_dot_supported()) {
     const std::string kernel = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_bf16_dot";
     EXPECT_EQ(chosen({{8, 1, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
@@ -256,8 +256,7 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
 }
 
 // The bfloat16 kernels' direct paths, which read the weight in place. The dot kernel's (batches of
-// up to 16 rows against a weight of 128 KB or more or a reduction of whole 32-element vectors, up
-// to 8 rows otherwise): every tile of 1 to 4 rows, reductions with a scalar tail. AMX's (up to 64
+// up to 16 rows): every tile of 1 to 4 rows, reductions with a partial last vector. AMX's (up to 64
 // rows against these weights): one and two tiles of rows, full and partial, in one or two 32-row
 // chunks; 32-output blocks whose second half is full, partial or absent (K = 700, 33, 48); the
 // reduction whole steps only (R*H = 32) or with a partial last one; two blocks whose chunks go to
@@ -275,9 +274,7 @@ TEST(CpuForwardBf16, ShortBatchesReadTheWeightInPlace) {
       for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}, Shape{1, B, 903, 700}, Shape{4, B, 8, 48},
                           Shape{2, B, 1024, 48}})
         for (Layout layout : kLayouts) {
-          const bool whole_vectors = shape.R * shape.H % 32 == 0;
-          if (!amx && (B > 16 || (shape.K * shape.R * shape.H < 1 << 16 && !whole_vectors && B > 8)))
-            continue;  // packed
+          if (!amx && B > 16) continue;  // packed
           const Case c{shape, DType::bfloat16, layout, true};
           expect_accurate(c, error_with_kernel(c, kernel), kernel);
         }

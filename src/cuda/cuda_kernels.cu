@@ -61,11 +61,11 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): problems of up to 16 rows
 // against a weight of 1 to 64-72 MB (16-bit; to 8 MB with 17 to 32 rows; float32 by its own
-// rule) go to the weight-streaming kernel; the latency kernel wins while the work is small; exact float32 beyond about a million
-// outputs goes to the 3xTF32 tensor-core kernel; 16-bit problems beyond the latency kernel's
-// reach and TF32 ones that fill the GPU go to the Hopper GETT where it wins
-// (gett::outruns_unfused); elsewhere, and wherever cuBLAS outruns the fused kernels, the unfused
-// baseline runs: never lose to it.
+// rule) go to the weight-streaming kernel; the latency kernel wins while the work is small;
+// exact float32 beyond about a million outputs goes to the 3xTF32 tensor-core kernel; 16-bit
+// problems beyond the latency kernel's reach and TF32 ones that fill the GPU go to the Hopper
+// GETT where it wins (gett::outruns_unfused); elsewhere, and wherever cuBLAS outruns the fused
+// kernels, the unfused baseline runs: never lose to it.
 const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   if (std::string why = simt_gemm_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "x", why);
   const bool exact_float32 = p.dtype == DType::float32 && options.fp32_precision == Fp32Precision::ieee;
