@@ -7,13 +7,14 @@
 //     with or without its L2 prefetch, letting the next kernel launch early or late; a plain
 //     launch) on decode-sized problems, bfloat16 and float32 (exact, TF32), against cuBLASLt
 //     GEMM-only, the unfused baseline and the latency kernel; `stream_rows`: with 17 to 32 rows;
+//     `stream_blocks`: warps per block, and blocks per tile splitting the reduction as a cluster;
 //   - the Hopper GETT configurations (the library's and the unshipped candidates, see
 //     bench/CMakeLists.txt) and the tile scheduler's swizzle and raster order, bfloat16 and TF32,
 //     against cuBLASLt GEMM-only on the pre-concatenated input.
 // Each variant is checked against the unfused baseline's result before it is timed.
 // Times: median per forward over CUDA-graph replays, rotating input sets past L2.
 //
-//   kernel_variants [latency|gemm|gemm_exact|stream|stream_rows|gett|gett_large|all]   > variants.csv
+//   kernel_variants [latency|gemm|gemm_exact|stream|stream_rows|stream_blocks|gett|gett_large|all]   > variants.csv
 //   kernel_variants gett_large R,B,H,K                  > variants.csv   (that shape only, bfloat16)
 //   kernel_variants host                                 > host.csv
 #include <cuda_runtime.h>
@@ -30,6 +31,7 @@
 #include "core/kernel_registry.hpp"
 #include "core/validate.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_info.hpp"
 #include "cuda/gett_kernel.hpp"
 #include "cuda/latency_kernel.cuh"
 #include "cuda/latency_kernel.hpp"
@@ -383,6 +385,25 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
   }
 }
 
+// One shape in bfloat16, exact float32 and TF32 (`mode`: bf16, f32, tf32): cuBLASLt GEMM-only,
+// the unfused baseline and the latency and weight-streaming kernels as dispatched, plus what
+// add_candidates(candidates, precision, mode) appends, compared against unfused in that precision.
+template <class AddCandidates>
+void compare_decode_modes(const Shape& s, cudaStream_t stream, const AddCandidates& add_candidates) {
+  for (DType dtype : {DType::bfloat16, DType::float32}) {
+    Inputs in(s, dtype, stream);
+    for (Fp32Precision precision : {Fp32Precision::ieee, Fp32Precision::tf32}) {
+      if (dtype == DType::bfloat16 && precision == Fp32Precision::tf32) continue;
+      const std::string mode = dtype == DType::bfloat16 ? "bf16" : precision == Fp32Precision::tf32 ? "tf32" : "f32";
+      const Run unfused = unfused_run(in, precision);
+      cuda::concatenate(in.sets[0], in.concatenated, stream);
+      std::vector<Candidate> candidates = decode_comparators(in, unfused, precision, mode);
+      add_candidates(candidates, precision, mode);
+      compare(s, in, candidates, unfused, stream);
+    }
+  }
+}
+
 // The weight-streaming kernel with 17 to 32 rows (four n8 groups per warp) over weights of 2 to
 // 256 MB: two or four steps in flight, the next kernel launched early or late; bfloat16, exact
 // float32 and TF32, against cuBLASLt GEMM-only on the pre-concatenated input, the unfused
@@ -395,29 +416,56 @@ void stream_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
   using cuda::DependentLaunch;
   using cuda::mma::Mode;
   const cuda::WeightStreamTuning early{0, true, DependentLaunch::early}, late{0, true, DependentLaunch::late};
-  for (const Shape& s : shapes) {
-    for (DType dtype : {DType::bfloat16, DType::float32}) {
-      Inputs in(s, dtype, stream);
-      for (Fp32Precision precision : {Fp32Precision::ieee, Fp32Precision::tf32}) {
-        if (dtype == DType::bfloat16 && precision == Fp32Precision::tf32) continue;
-        const std::string mode = dtype == DType::bfloat16 ? "bf16" : precision == Fp32Precision::tf32 ? "tf32" : "f32";
-        const Run unfused = unfused_run(in, precision);
-        cuda::concatenate(in.sets[0], in.concatenated, stream);
-        std::vector<Candidate> candidates = decode_comparators(in, unfused, precision, mode);
-        const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
-        if (dtype == DType::bfloat16) {
-          add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::bf16>(early));
-          add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::bf16>(late));
-        } else if (precision == Fp32Precision::tf32) {
-          add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::tf32>(early));
-          add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::tf32>(late));
-        } else {
-          add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::tf32x3>(early));
-          add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::tf32x3>(late));
-        }
-        compare(s, in, candidates, unfused, stream);
+  for (const Shape& s : shapes)
+    compare_decode_modes(s, stream, [&](std::vector<Candidate>& candidates, Fp32Precision, const std::string& mode) {
+      const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
+      if (mode == "bf16") {
+        add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::bf16>(early));
+        add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::bf16>(late));
+      } else if (mode == "tf32") {
+        add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::tf32>(early));
+        add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::tf32>(late));
+      } else {
+        add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::tf32x3>(early));
+        add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::tf32x3>(late));
       }
-    }
+    });
+}
+
+// How many warps and blocks share each 16 outputs' reduction: 8, 12 or 16 warps per block with
+// no split, and a cluster of 2, 4 or 8 blocks (of 8 or 16 warps) splitting it, where the tiles
+// (one per 16 outputs) are too few to fill the GPU. bfloat16, exact float32 and TF32, 1 to 32
+// rows, against cuBLASLt GEMM-only, the unfused baseline and the latency kernel.
+void stream_blocks_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
+  std::vector<Shape> bases = {{64, 1, 128, 256},  {26, 1, 128, 512}, {52, 1, 128, 512},  {12, 1, 64, 768},
+                              {8, 1, 128, 1024},  {32, 1, 128, 1024}, {16, 1, 128, 2048}, {24, 1, 128, 3072},
+                              {32, 1, 128, 4096}, {40, 1, 128, 5120}};
+  std::vector<Shape> shapes;
+  for (const Shape& base : bases)
+    for (std::int64_t rows : {1, 4, 16, 32}) shapes.push_back({base.R, rows, base.H, base.K});
+  if (only) shapes = {*only};
+  const int sms = cuda::multiprocessor_count(0);
+  for (const Shape& s : shapes) {
+    const std::int64_t tiles = (s.K + 15) / 16;
+    compare_decode_modes(s, stream,
+                         [&](std::vector<Candidate>& candidates, Fp32Precision precision, const std::string& mode) {
+                           const auto add = [&](int warps, int splits) {
+                             cuda::WeightStreamTuning tuning{warps};
+                             tuning.splits = splits;
+                             candidates.push_back({"stream_" + std::to_string(warps) + "w_s" +
+                                                       std::to_string(splits) + "_" + mode,
+                                                   [precision, tuning](const Problem& p, cudaStream_t st) {
+                                                     cuda::run_weight_stream(p, precision, st, tuning);
+                                                   },
+                                                   true});
+                           };
+                           for (int warps : {8, 12, 16}) add(warps, 1);
+                           for (int splits : {2, 4, 8})
+                             if (tiles * splits <= 2 * sms) {
+                               add(8, splits);
+                               if (tiles * splits <= sms) add(16, splits);
+                             }
+                         });
   }
 }
 
@@ -560,6 +608,7 @@ int main(int argc, char** argv) {
   if (which == "gemm_exact") gemm_sweep(stream, true);
   if (which == "stream" || which == "all") stream_sweep(stream, only);
   if (which == "stream_rows" || which == "all") stream_rows_sweep(stream, only);
+  if (which == "stream_blocks" || which == "all") stream_blocks_sweep(stream, only);
   if (which == "gett" || which == "all") gett_sweep(stream, false, only);
   if (which == "gett_large") gett_sweep(stream, true, only);
   return 0;

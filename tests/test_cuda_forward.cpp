@@ -643,10 +643,25 @@ TEST_F(CudaTest, GettMidSizeChoices) {
 const Shape kWeightStreamShapes[] = {{16, 1, 128, 40}, {7, 9, 136, 33},   {3, 16, 264, 70}, {33, 13, 64, 129},
                                      {5, 16, 200, 17}, {64, 2, 128, 300}, {1, 8, 8, 1},     {4, 12, 32, 56},
                                      {5, 21, 72, 70},  {3, 32, 64, 33},   {7, 27, 136, 129}, {2, 32, 256, 17}};
-const cuda::WeightStreamTuning kWeightStreamTunings[] = {{}, {1}, {3}, {4}, {8}};
+// Warps per block, and blocks per tile as one cluster (0: the launch's rule, which splits these
+// shapes' few tiles between up to 8 blocks).
+const cuda::WeightStreamTuning kWeightStreamTunings[] = {
+    {},
+    {.warps = 1},
+    {.warps = 3},
+    {.warps = 8},
+    {.warps = 12},
+    {.warps = 16},
+    {.warps = 4, .splits = 1},
+    {.warps = 8, .splits = 1},
+    {.warps = 16, .splits = 1},
+    {.warps = 8, .splits = 2},
+    {.warps = 3, .splits = 3},
+    {.warps = 5, .splits = 7},
+    {.warps = 16, .splits = 8}};
 
 std::string weight_stream_label(const cuda::WeightStreamTuning& t) {
-  return "weight stream, warps " + std::to_string(t.warps);
+  return "weight stream, warps " + std::to_string(t.warps) + ", splits " + std::to_string(t.splits);
 }
 
 void run_weight_stream_on(const DeviceOperands& d, const cuda::WeightStreamTuning& tuning,

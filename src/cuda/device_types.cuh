@@ -78,23 +78,30 @@ __device__ __forceinline__ void allow_dependent_launch() {
 
 // Enqueues kernel(args) on `stream`, as a programmatic dependent launch where `programmatic`
 // holds and the device runs this build's sm_90 code; the kernel waits with
-// wait_for_prerequisite_grid before touching memory.
+// wait_for_prerequisite_grid before touching memory. A cluster_size above 1 groups that many
+// consecutive blocks along x into a thread block cluster (sm_90 code only: the caller checks
+// runs_sm90_code; grid.x a multiple of it).
 template <class Args>
 void launch_maybe_programmatic(void (*kernel)(Args), const std::type_identity_t<Args>& args, dim3 grid, dim3 block,
                                std::size_t shared_bytes, cudaStream_t stream, int device, bool programmatic,
-                               const char* name) {
+                               const char* name, unsigned cluster_size = 1) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
   if (programmatic && runs_sm90_code(device)) {
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
   }
+  if (cluster_size > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count++].val.clusterDim = {cluster_size, 1, 1};
+  }
+  config.attrs = attributes;
+  config.numAttrs = count;
   check(cudaLaunchKernelEx(&config, kernel, args), name);
 }
 

@@ -5,14 +5,14 @@
 namespace gather_linear::cuda {
 namespace weight_stream {
 
-// One, two or four n8 groups of rows, 16 outputs per warp, eight warps (measured in bfloat16 up
-// to 16 rows). Steps in flight: four for up to 8 rows, two from 9, where x's loads double. Four
-// took up to 1.4x the time against 72-128 MB weights with 16 rows; with 17 to 32 rows 0.88-1.53x
-// the time of two, 1.06-1.28x against weights of up to 8 MB in 16-bit and TF32 (where the
-// dispatcher uses them) and 0.97-1.12x in exact float32 (weight_stream_rows_first_h200.csv).
-// Four warps took 0.94-1.52x the time of eight; a warp's steps consecutive rather than
-// interleaved (a variant since removed) 0.98-1.07x (weight_stream_variants_h200.csv; both CSVs
-// in bench/results/).
+// One, two or four n8 groups of rows, 16 outputs per warp; warps per block and blocks per tile
+// by launch()'s rule (eight warps, one block, where the tiles are more than the SMs). Steps in
+// flight: four for up to 8 rows, two from 9, where x's loads double. Four took up to 1.4x the
+// time against 72-128 MB weights with 16 rows; with 17 to 32 rows 0.88-1.53x the time of two,
+// 1.06-1.28x against weights of up to 8 MB in 16-bit and TF32 (where the dispatcher uses them)
+// and 0.97-1.12x in exact float32 (weight_stream_rows_first_h200.csv). Four warps took
+// 0.94-1.52x the time of eight; a warp's steps consecutive rather than interleaved (a variant
+// since removed) 0.98-1.07x (weight_stream_variants_h200.csv; both CSVs in bench/results/).
 template <mma::Mode M>
 void launch_for_rows(const Problem& p, CudaStream stream, WeightStreamTuning tuning) {
   if (p.B <= 8)

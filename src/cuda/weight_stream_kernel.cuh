@@ -21,14 +21,17 @@
 // multiple of a 16-byte group, so a group never straddles two slices of x.)
 //
 // The block's warps split the reduction and sum their tiles in shared memory: no workspace, no
-// atomics, the same summation order every run. (Splitting it further between the blocks of a
-// thread block cluster, their sums meeting in distributed shared memory, took 0.97-3.3x the time
-// of no split: bench/results/weight_stream_first_h200.csv, `stream_splits` rows.)
+// atomics, the same summation order every run. Where the blocks are too few to give every SM
+// one, the reduction is split further between the blocks of a thread block cluster, their sums
+// meeting in distributed shared memory (sm_90).
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include <algorithm>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_info.hpp"
 #include "cuda/device_types.cuh"
 #include "cuda/mma_gemm_kernel.cuh"
 #include "cuda/weight_stream_kernel.hpp"
@@ -40,10 +43,13 @@ struct StreamArgs {
   std::uint32_t B, K, RH;
   std::uint32_t steps;  // 64-byte steps of the reduction (32 16-bit or 16 float32 elements)
   FastDivider slice;     // c -> r = c / H
+  std::uint32_t splits;  // blocks per 16 outputs, one cluster (1: no cluster)
   bool prefetch, early_trigger;  // WeightStreamTuning's, the trigger resolved
 };
 
-constexpr int kMaxWarps = 8;
+constexpr int kMaxWarps = 16;
+// The largest portable cluster; the weight bytes per block that call for one more.
+constexpr std::uint32_t kMaxSplits = 8, kSplitBytes = 96 * 1024;
 
 // Elements of one warp step: 4 lanes' 16-byte groups (kVec16 elements each).
 template <class T> inline constexpr int kStep = 4 * kVec16<T>;
@@ -73,16 +79,18 @@ __device__ __forceinline__ void multiply_add(float (&acc)[4], std::uint32_t (&a)
 }
 
 // NG groups of 8 rows b, 16 outputs k per warp, U steps loaded per memory wait. A warp's steps
-// interleave with the other warps' (the block's warps together read a contiguous span of each
-// weight row). At least two blocks per SM.
+// interleave with the other warps' (the warps of a tile's blocks together read a contiguous span
+// of each weight row). At most 128 registers a thread: two blocks of 8 warps per SM, or one of 16.
 template <mma::Mode M, int NG, int U>
-__global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const StreamArgs a) {
+__global__ void __launch_bounds__(kMaxWarps * 32, 1) weight_stream_kernel(const StreamArgs a) {
   using T = typename mma::ModeTraits<M>::Element;
   constexpr int kRows = 16, kCols = 8 * NG, kTile = kRows * kCols;
   extern __shared__ float partial[];  // [warp][k within the tile][b]: each warp's tile of y^T
   const int warps = static_cast<int>(blockDim.x / 32), warp = static_cast<int>(threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
-  const std::uint32_t k0 = blockIdx.x * kRows;
+  // Block `split` of a tile's cluster takes every splits-th run of `warps` steps.
+  const std::uint32_t split = blockIdx.x % a.splits, k0 = blockIdx.x / a.splits * kRows;
+  const std::uint32_t first_step = split * warps + warp, step_stride = a.splits * warps;
   const T* x = static_cast<const T*>(a.operands.x);
   const T* w = static_cast<const T*>(a.operands.weight);
 
@@ -110,7 +118,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
   if (a.prefetch) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const std::uint32_t c = (warp + u * warps) * kStep<T> + q * kVec16<T>;
+      const std::uint32_t c = (first_step + u * step_stride) * kStep<T> + q * kVec16<T>;
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         if (c < a.RH && w_valid[i]) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w_rows[i] + c));
@@ -123,12 +131,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
   // CUDA-core totals (as the mma.sync GEMM's promotion does), so the bias does not grow with R*H.
   constexpr bool kPromote = M == mma::Mode::tf32x3;
   float acc[NG][4] = {}, total[kPromote ? NG : 1][4] = {};
-  for (std::uint32_t base = warp; base < a.steps; base += warps * U) {
+  for (std::uint32_t base = first_step; base < a.steps; base += step_stride * U) {
     // All U steps' loads are issued before any is used: one memory wait per U steps.
     uint4 wv[U][2], xv[U][NG];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const std::uint32_t step = base + u * warps, c = step * kStep<T> + q * kVec16<T>;
+      const std::uint32_t step = base + u * step_stride, c = step * kStep<T> + q * kVec16<T>;
       const bool inside = c < a.RH;
       const std::uint32_t r = a.slice.quotient(c), h = c - r * a.slice.divisor;
       const T* slice = x + static_cast<std::int64_t>(r) * a.operands.x_stride_r + h;
@@ -182,15 +190,31 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2) weight_stream_kernel(const 
   }
   __syncthreads();
 
+  // Each block of a cluster writes its share of the tile, summing the blocks' tiles in rank order.
   // Consecutive threads write consecutive outputs k of one row b.
   const T* bias = static_cast<const T*>(a.operands.bias);
   T* y = static_cast<T*>(a.operands.y);
-  for (int o = static_cast<int>(threadIdx.x); o < kTile; o += static_cast<int>(blockDim.x)) {
-    const int b = o / kRows, kk = o % kRows;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  if (a.splits > 1) cg::this_cluster().sync();  // every block's tile summed
+#endif
+  const int first = static_cast<int>(split * blockDim.x + threadIdx.x);
+  for (int o = first; o < kTile; o += static_cast<int>(a.splits * blockDim.x)) {
+    const int b = o / kRows, kk = o % kRows, at = kk * kCols + b;
     const std::uint32_t k = k0 + kk;
-    if (static_cast<std::uint32_t>(b) < a.B && k < a.K)
-      y[b * a.operands.y_stride_b + k] = from_float<T>(partial[kk * kCols + b] + (bias ? to_float(bias[k]) : 0.f));
+    if (static_cast<std::uint32_t>(b) >= a.B || k >= a.K) continue;
+    float sum = partial[at];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (a.splits > 1) {
+      sum = 0.f;
+      for (std::uint32_t r = 0; r < a.splits; ++r) sum += cg::this_cluster().map_shared_rank(partial, r)[at];
+    }
+#endif
+    y[b * a.operands.y_stride_b + k] = from_float<T>(sum + (bias ? to_float(bias[k]) : 0.f));
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (a.splits > 1) cg::this_cluster().sync();  // no block leaves while another reads its tile
+#endif
 }
 
 // Enqueues the kernel, as a programmatic dependent launch where the GPU runs this build's sm_90
@@ -206,18 +230,37 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool
   constexpr int kRows = 16, kTile = kRows * 8 * NG;
   const auto tiles = static_cast<std::uint32_t>((p.K + kRows - 1) / kRows);
   const auto steps = static_cast<std::uint32_t>((p.RH + kStep<T> - 1) / kStep<T>);
-  const int warps = tuning.warps > 0 ? std::min(tuning.warps, kMaxWarps) : kMaxWarps;
+  // What a tile's blocks load: its slice of the weight and, per step, x's rows. With few tiles
+  // (small K) most SMs would idle while a few stream long slices at one SM's pace, so the slice
+  // is split between up to 8 blocks of a cluster: one block per 96 KB loaded, by powers of two,
+  // while the blocks fit (clusters of 4 or 8 on at most half the SMs: on all of them they took up
+  // to 1.9x the time of half as many). With no more blocks than SMs a block has 16 warps (more
+  // of the weight in flight per SM) unless it loads under 48 KB: unsplit, 16 warps took
+  // 0.57-1.08x the time of 8 (median 0.71-0.78 by mode) with one block per SM, but 0.88-1.39x
+  // with more blocks (12 warps 0.76-1.40x). bench/results/weight_stream_blocks_h200.csv.
+  const auto sms = static_cast<std::uint32_t>(multiprocessor_count(p.device.index));
+  const std::uint64_t tile_load_bytes = static_cast<std::uint64_t>((kRows + p.B) * p.RH) * sizeof(T);
+  std::uint32_t splits = tuning.splits > 0 ? std::min<std::uint32_t>(tuning.splits, kMaxSplits) : 0;
+  if (!runs_sm90_code(p.device.index)) {
+    splits = 1;
+  } else if (splits == 0) {
+    for (splits = kMaxSplits; splits > 1; splits /= 2)
+      if (splits * kSplitBytes <= tile_load_bytes && tiles * splits <= (splits >= 4 ? sms / 2 : sms)) break;
+  }
+  const bool sixteen_warps = tiles * splits <= sms && tile_load_bytes >= 48 * 1024;
+  const int warps = tuning.warps > 0 ? std::min(tuning.warps, kMaxWarps) : sixteen_warps ? 16 : 8;
   const StreamArgs args{operands_of(p), static_cast<std::uint32_t>(p.B), static_cast<std::uint32_t>(p.K),
                         static_cast<std::uint32_t>(p.RH), steps,
-                        FastDivider(static_cast<std::uint32_t>(p.H)), tuning.prefetch,
+                        FastDivider(static_cast<std::uint32_t>(p.H)), splits, tuning.prefetch,
                         tuning.dependents == DependentLaunch::early ||
                             (tuning.dependents == DependentLaunch::by_rows && NG > 1)};
 
   // Each warp's tile of sums: within the 48 KB any launch may take without raising its limit.
   static_assert(kMaxWarps * kTile * sizeof(float) <= 48 * 1024);
   const auto shared_bytes = static_cast<std::size_t>(warps * kTile) * sizeof(float);
-  launch_maybe_programmatic(weight_stream_kernel<M, NG, U>, args, dim3(tiles), dim3(static_cast<unsigned>(warps * 32)),
-                            shared_bytes, stream, p.device.index, programmatic, "weight_stream_kernel");
+  launch_maybe_programmatic(weight_stream_kernel<M, NG, U>, args, dim3(tiles * splits),
+                            dim3(static_cast<unsigned>(warps * 32)), shared_bytes, stream, p.device.index,
+                            programmatic, "weight_stream_kernel", splits);
 }
 
 }  // namespace gather_linear::cuda::weight_stream

@@ -19,10 +19,11 @@ enum class DependentLaunch { by_rows, early, late };
 
 // How one launch divides the work and overlaps its neighbours; zero and by_rows take the defaults.
 struct WeightStreamTuning {
-  int warps = 0;  // warps per block (1 to 8), splitting the reduction between them
+  int warps = 0;  // warps per block (1 to 16), splitting the reduction between them
   // Programmatic launch only: prefetch the first steps into L2 before waiting for the previous kernel.
   bool prefetch = true;
   DependentLaunch dependents = DependentLaunch::by_rows;
+  int splits = 0;  // blocks splitting each 16 outputs' reduction, as one cluster (1 to 8; sm_90 only)
 };
 
 std::string weight_stream_why_not(const Problem& p);
