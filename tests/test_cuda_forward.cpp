@@ -722,8 +722,8 @@ TEST_F(CudaTest, WeightStreamDeterministic) {
 // The dispatcher sends problems of up to 32 rows to the weight-streaming kernel (where it can
 // read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows,
 // 8 MB with 17 to 32); float32 from 2 MB, up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to
-// 36 MB from 1024 outputs and exact where the latency kernel declines, with 17 to 32 rows TF32
-// up to 8 MB from 768 outputs and exact from 1024 outputs; nothing else. Each choice is accurate.
+// 36 MB and exact where the latency kernel declines, with 17 to 32 rows TF32 up to 8 MB and exact
+// at any size; nothing else. Each choice is accurate.
 // (The rule counts no SMs: the same on any GPU.)
 TEST_F(CudaTest, WeightStreamChoices) {
   struct Expected {
@@ -753,16 +753,17 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{8, 16, 128, 1024}, DType::float32, Layout::contiguous, true}, false},   // the latency kernel's
       {{{8, 16, 128, 1024}, DType::float32, Layout::contiguous, true}, true, tf32},    // 4 MB
       {{{32, 16, 128, 4096}, DType::float32, Layout::contiguous, false}, false, tf32}, // 64 MB, 16 rows
-      {{{26, 16, 128, 512}, DType::float32, Layout::contiguous, true}, false, tf32},   // 512 outputs
+      {{{26, 16, 128, 512}, DType::float32, Layout::contiguous, true}, true, tf32},    // 512 outputs, split
       {{{16, 24, 128, 2048}, DType::float32, Layout::head_major, true}, true},         // exact, 24 rows
       {{{8, 32, 128, 1024}, DType::float32, Layout::contiguous, false}, true},         // 4 MB
       {{{4, 32, 128, 2048}, DType::float32, Layout::contiguous, true}, true},          // the latency kernel's
       {{{40, 18, 128, 8192}, DType::float32, Layout::contiguous, true}, true},         // 160 MB, 18 rows
-      {{{26, 32, 128, 512}, DType::float32, Layout::contiguous, true}, false},         // 512 outputs
+      {{{26, 32, 128, 512}, DType::float32, Layout::contiguous, true}, true},          // 512 outputs, split
+      {{{6, 32, 64, 1024}, DType::float32, Layout::contiguous, true}, false},          // 1.5 MB
       {{{16, 33, 128, 2048}, DType::float32, Layout::contiguous, true}, false},        // 33 rows
       {{{16, 32, 128, 2048}, DType::float32, Layout::contiguous, true}, false, tf32},  // TF32, 16 MB
       {{{8, 32, 128, 1024}, DType::float32, Layout::head_major, true}, true, tf32},    // TF32, 4 MB
-      {{{26, 32, 128, 512}, DType::float32, Layout::contiguous, true}, false, tf32},   // TF32, 512 outputs
+      {{{64, 32, 128, 256}, DType::float32, Layout::head_major, true}, true, tf32},    // TF32, 8 MB, split
       {{{16, 33, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, false},       // 33 rows
   };
   for (const Expected& e : cases) {

@@ -92,18 +92,17 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // unfused (bench/results/weight_stream_pdl_h200.csv): up to 8 rows against 2-128 MB, 0.67-1.01x
   // the time (from 2 MB: at 2.2 MB it beat the latency kernel by only 5-7%, and nothing smaller
   // was measured). With 9 to 16 rows its tensor cores work harder: exact 0.43-0.91x unfused's time
-  // where the latency kernel declines; TF32 0.84-0.97x up to 36 MB from 1024 outputs (64
-  // blocks), but 1.13x at 144 MB and 1.21x with 512 outputs. With 17 to 32 rows
-  // (bench/results/weight_stream_rows_h200.csv): exact from 1024 outputs at 2-256 MB, 0.51-0.88x
-  // unfused's time, and 0.77x the latency kernel's where that takes the problem (with 512
-  // outputs 1.14x); TF32 up to 8 MB from 768 outputs, 0.62-0.82x (from 16 MB 1.02-1.49x).
+  // where the latency kernel declines; TF32 0.84-0.97x up to 36 MB, but 1.13x at 144 MB. With 17
+  // to 32 rows (bench/results/weight_stream_rows_h200.csv): exact at 2-256 MB, 0.51-0.88x
+  // unfused's time, and 0.77x the latency kernel's where that takes the problem; TF32 up to 8 MB,
+  // 0.62-0.82x (from 16 MB 1.02-1.49x). Up to 512 outputs these lost (1.14-1.21x) until the
+  // kernel split short-K tiles between blocks: now 0.55-0.96x (weight_stream_blocks_h200.csv).
   const bool latency_takes = macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty();
   const bool float32_streams = p.B <= 8    ? weight_bytes <= 144 * MiB
                                : p.B <= 16 ? weight_bytes <= 144 * MiB &&
-                                                 ((tf32 && weight_bytes <= 36 * MiB && p.K >= 1024) ||
+                                                 ((tf32 && weight_bytes <= 36 * MiB) ||
                                                   (exact_float32 && !latency_takes))
-                               : exact_float32 ? p.K >= 1024
-                                               : weight_bytes <= 8 * MiB && p.K >= 768;
+                               : exact_float32 || weight_bytes <= 8 * MiB;
   if (streamable && p.dtype == DType::float32 && weight_bytes >= 2 * MiB && float32_streams)
     return kKernels[kWeightStream];
   if (latency_takes) return kKernels[kLatency];
