@@ -95,8 +95,10 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // where the latency kernel declines; TF32 0.84-0.97x up to 36 MB, but 1.13x at 144 MB. With 17
   // to 32 rows (bench/results/weight_stream_rows_h200.csv): exact at 2-256 MB, 0.51-0.88x
   // unfused's time, and 0.77x the latency kernel's where that takes the problem; TF32 up to 8 MB,
-  // 0.62-0.82x (from 16 MB 1.02-1.49x). Up to 512 outputs these lost (1.14-1.21x) until the
-  // kernel split short-K tiles between blocks: now 0.55-0.96x (weight_stream_blocks_h200.csv).
+  // 0.62-0.82x (from 16 MB 1.02-1.49x). With 512 outputs these lost (1.14-1.63x) until the
+  // kernel split short-K tiles between blocks; the cases the output counts had excluded now take
+  // 0.55-0.97x the time of the better of unfused and the latency kernel
+  // (bench/results/weight_stream_blocks_h200.csv).
   const bool latency_takes = macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty();
   const bool float32_streams = p.B <= 8    ? weight_bytes <= 144 * MiB
                                : p.B <= 16 ? weight_bytes <= 144 * MiB &&
