@@ -447,25 +447,25 @@ void stream_blocks_sweep(cudaStream_t stream, const std::optional<Shape>& only) 
   const int sms = cuda::multiprocessor_count(0);
   for (const Shape& s : shapes) {
     const std::int64_t tiles = (s.K + 15) / 16;
-    compare_decode_modes(s, stream,
-                         [&](std::vector<Candidate>& candidates, Fp32Precision precision, const std::string& mode) {
-                           const auto add = [&](int warps, int splits) {
-                             cuda::WeightStreamTuning tuning{warps};
-                             tuning.splits = splits;
-                             candidates.push_back({"stream_" + std::to_string(warps) + "w_s" +
-                                                       std::to_string(splits) + "_" + mode,
-                                                   [precision, tuning](const Problem& p, cudaStream_t st) {
-                                                     cuda::run_weight_stream(p, precision, st, tuning);
-                                                   },
-                                                   true});
-                           };
-                           for (int warps : {8, 12, 16}) add(warps, 1);
-                           for (int splits : {2, 4, 8})
-                             if (tiles * splits <= 2 * sms) {
-                               add(8, splits);
-                               if (tiles * splits <= sms) add(16, splits);
-                             }
-                         });
+    const auto add_divisions = [&](std::vector<Candidate>& candidates, Fp32Precision precision,
+                                   const std::string& mode) {
+      const auto add = [&](int warps, int splits) {
+        const cuda::WeightStreamTuning tuning{.warps = warps, .splits = splits};
+        candidates.push_back(
+            {"stream_" + std::to_string(warps) + "w_s" + std::to_string(splits) + "_" + mode,
+             [precision, tuning](const Problem& p, cudaStream_t st) {
+               cuda::run_weight_stream(p, precision, st, tuning);
+             },
+             true});
+      };
+      for (int warps : {8, 12, 16}) add(warps, 1);
+      for (int splits : {2, 4, 8})
+        if (tiles * splits <= 2 * sms) {
+          add(8, splits);
+          if (tiles * splits <= sms) add(16, splits);
+        }
+    };
+    compare_decode_modes(s, stream, add_divisions);
   }
 }
 

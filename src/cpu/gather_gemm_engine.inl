@@ -364,11 +364,11 @@ template <class In> constexpr bool kMaskedWeightTail = false;
 
 // How a direct-path tile walks the reduction: whole vectors, then the tail as one more vector step
 // (A's gathered rows are padded with zeros to whole vectors, the weight rows' tail comes from
-// weight_tail_vector) rather than a scalar tail per output (which had made odd slice widths, e.g. H = 13 or 21, take 2-3x the time
-// of OpenBLAS's cat + sgemm). A float32 reduction shorter than one vector stays scalar where the
-// tail is copied: the copy costs more than the few multiply-adds (1.16x the time at R*H = 7);
-// float16 and bfloat16 gain (0.72x), and so does float32 with the masked load (0.31-0.47x at
-// R*H = 7-15).
+// weight_tail_vector) rather than a scalar tail per output (which had made odd slice widths, e.g.
+// H = 13 or 21, take 2-3x the time of OpenBLAS's cat + sgemm). A float32 reduction shorter than
+// one vector stays scalar where the tail is copied: the copy costs more than the few multiply-adds
+// (1.16x the time at R*H = 7); float16 and bfloat16 gain (0.72x), and so does float32 with the
+// masked load (0.31-0.47x at R*H = 7-15).
 struct ReductionSplit {
   std::int64_t vectors_end;  // whole vectors of the reduction
   int tail;                  // elements after them

@@ -48,8 +48,9 @@ struct StreamArgs {
 };
 
 constexpr int kMaxWarps = 16;
-// The largest portable cluster; the weight bytes per block that call for one more.
-constexpr std::uint32_t kMaxSplits = 8, kSplitBytes = 96 * 1024;
+// The largest portable cluster; the bytes a tile loads that call for one more block; the bytes
+// from which a block that has an SM to itself takes 16 warps (launch() says why).
+constexpr std::uint32_t kMaxSplits = 8, kSplitBytes = 96 * 1024, kSixteenWarpsBytes = 48 * 1024;
 
 // Elements of one warp step: 4 lanes' 16-byte groups (kVec16 elements each).
 template <class T> inline constexpr int kStep = 4 * kVec16<T>;
@@ -247,7 +248,7 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool
     for (splits = kMaxSplits; splits > 1; splits /= 2)
       if (splits * kSplitBytes <= tile_load_bytes && tiles * splits <= (splits >= 4 ? sms / 2 : sms)) break;
   }
-  const bool sixteen_warps = tiles * splits <= sms && tile_load_bytes >= 48 * 1024;
+  const bool sixteen_warps = tiles * splits <= sms && tile_load_bytes >= kSixteenWarpsBytes;
   const int warps = tuning.warps > 0 ? std::min(tuning.warps, kMaxWarps) : sixteen_warps ? 16 : 8;
   const StreamArgs args{operands_of(p), static_cast<std::uint32_t>(p.B), static_cast<std::uint32_t>(p.K),
                         static_cast<std::uint32_t>(p.RH), steps,
