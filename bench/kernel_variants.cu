@@ -439,7 +439,7 @@ void stream_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
 void stream_blocks_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
   std::vector<Shape> bases = {{64, 1, 128, 256},  {26, 1, 128, 512}, {52, 1, 128, 512},  {12, 1, 64, 768},
                               {8, 1, 128, 1024},  {32, 1, 128, 1024}, {16, 1, 128, 2048}, {24, 1, 128, 3072},
-                              {32, 1, 128, 4096}, {40, 1, 128, 5120}};
+                              {20, 1, 128, 2560}, {32, 1, 128, 4096}, {40, 1, 128, 5120}};
   std::vector<Shape> shapes;
   for (const Shape& base : bases)
     for (std::int64_t rows : {1, 4, 16, 32}) shapes.push_back({base.R, rows, base.H, base.K});

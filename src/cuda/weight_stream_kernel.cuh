@@ -29,6 +29,8 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_info.hpp"
@@ -49,7 +51,7 @@ struct StreamArgs {
 
 constexpr int kMaxWarps = 16;
 // The largest portable cluster; the bytes a tile loads that call for one more block; the bytes
-// from which a block that has an SM to itself takes 16 warps (launch() says why).
+// from which a block takes more than 8 warps (launch() says why).
 constexpr std::uint32_t kMaxSplits = 8, kSplitBytes = 96 * 1024, kSixteenWarpsBytes = 48 * 1024;
 
 // Elements of one warp step: 4 lanes' 16-byte groups (kVec16 elements each).
@@ -218,6 +220,22 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) weight_stream_kernel(const 
 #endif
 }
 
+// Blocks of `warps` warps (8, 12 or 16) one SM holds at once (registers, threads, shared memory),
+// queried once per instantiation and device. Slots hold the count + 1: 0 means not queried yet.
+template <mma::Mode M, int NG, int U>
+int resident_blocks(int warps, int device) {
+  constexpr int kTile = 16 * 8 * NG;
+  static std::array<std::array<std::atomic<int>, 3>, kMaxDevices> cached{};
+  std::atomic<int>& slot = cached[static_cast<std::size_t>(device)][static_cast<std::size_t>(warps / 4 - 2)];
+  if (const int stored = slot.load(std::memory_order_relaxed); stored != 0) return stored - 1;
+  int blocks = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, weight_stream_kernel<M, NG, U>, warps * 32,
+                                                      static_cast<std::size_t>(warps * kTile) * sizeof(float)),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  slot.store(blocks + 1, std::memory_order_relaxed);
+  return blocks;
+}
+
 // Enqueues the kernel, as a programmatic dependent launch where the GPU runs this build's sm_90
 // code (unless `programmatic` is false: the benchmark's comparison). Up to 8 rows, letting the
 // next kernel launch only once the weight is streamed took 0.81-1.03x the time (median 0.98;
@@ -248,8 +266,20 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool
     for (splits = kMaxSplits; splits > 1; splits /= 2)
       if (splits * kSplitBytes <= tile_load_bytes && tiles * splits <= (splits >= 4 ? sms / 2 : sms)) break;
   }
-  const bool sixteen_warps = tiles * splits <= sms && tile_load_bytes >= kSixteenWarpsBytes;
-  const int warps = tuning.warps > 0 ? std::min(tuning.warps, kMaxWarps) : sixteen_warps ? 16 : 8;
+  // Past one block per SM, exact float32 (three MMAs a step) and 9 or more rows (twice x's loads)
+  // take 12 warps where two such blocks fit an SM and every block then has a place at once:
+  // 0.77-1.01x the time of 8 (160-256 tiles); with 32 rows (more registers) or a second round of
+  // blocks 1.01-1.47x, and 8 stays. bench/results/weight_stream_residency_h200.csv.
+  int warps = 8;
+  if (tuning.warps > 0) {
+    warps = std::min(tuning.warps, kMaxWarps);
+  } else if (tile_load_bytes >= kSixteenWarpsBytes) {
+    if (tiles * splits <= sms)
+      warps = 16;
+    else if ((M == mma::Mode::tf32x3 || p.B > 8) &&
+             tiles * splits <= static_cast<std::uint32_t>(resident_blocks<M, NG, U>(12, p.device.index)) * sms)
+      warps = 12;
+  }
   const StreamArgs args{operands_of(p), static_cast<std::uint32_t>(p.B), static_cast<std::uint32_t>(p.K),
                         static_cast<std::uint32_t>(p.RH), steps,
                         FastDivider(static_cast<std::uint32_t>(p.H)), splits, tuning.prefetch,
