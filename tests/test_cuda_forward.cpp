@@ -192,10 +192,13 @@ void expect_graph_replays_match(const Case& c, DeviceOperands& d, const Options&
 TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
   const TestStream stream;
   // `misaligned` takes the unfused baseline's bias through an aligned copy (a memcpy in the graph).
+  // The last two split the weight-streaming kernel's tiles between two blocks of a cluster.
   for (const Case& c : {Case{{4, 12, 32, 56}, DType::float32, Layout::head_major, true},
                         Case{{8, 300, 64, 200}, DType::float32, Layout::head_major, true},
                         Case{{8, 300, 64, 200}, DType::float16, Layout::misaligned, true},
-                        Case{{8, 12, 64, 200}, DType::float16, Layout::head_major, true}})
+                        Case{{8, 12, 64, 200}, DType::float16, Layout::head_major, true},
+                        Case{{26, 2, 128, 512}, DType::float32, Layout::head_major, true},
+                        Case{{64, 4, 128, 64}, DType::float16, Layout::head_major, true}})
     for (const char* kernel : {"auto", "cuda_latency", kWeightStream, kMma, "cuda_simt_tiled", kBaseline}) {
       if (!can_run(kernel, c)) continue;
       Operands o = make_operands(c, 7);
