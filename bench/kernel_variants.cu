@@ -10,11 +10,13 @@
 //     `stream_blocks`: warps per block, and blocks per tile splitting the reduction as a cluster;
 //   - the Hopper GETT configurations (the library's and the unshipped candidates, see
 //     bench/CMakeLists.txt) and the tile scheduler's swizzle and raster order, bfloat16 and TF32,
-//     against cuBLASLt GEMM-only on the pre-concatenated input.
+//     against cuBLASLt GEMM-only on the pre-concatenated input; `gett_weight_rows`: the
+//     configurations with the weight's rows as M on 16 to 128 rows of x.
 // Each variant is checked against the unfused baseline's result before it is timed.
 // Times: median per forward over CUDA-graph replays, rotating input sets past L2.
 //
-//   kernel_variants [latency|gemm|gemm_exact|stream|stream_rows|stream_blocks|gett|gett_large|all]   > variants.csv
+//   kernel_variants [latency|gemm|gemm_exact|stream|stream_rows|stream_blocks|gett|gett_large|gett_weight_rows|all]
+//                                                        > variants.csv
 //   kernel_variants gett_large R,B,H,K                  > variants.csv   (that shape only, bfloat16)
 //   kernel_variants host                                 > host.csv
 #include <cuda_runtime.h>
@@ -534,6 +536,44 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
   }
 }
 
+// The GETT configurations with the weight's rows as M on decode-sized problems of 16 to 128 rows,
+// bfloat16 and TF32 (float16 spot checks), against cuBLASLt GEMM-only, unfused, the
+// weight-streaming kernel as dispatched and the GETT family's own choice of configuration
+// (gett::choose; the dispatcher may still prefer another kernel).
+void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
+  namespace gett = cuda::gett;
+  std::vector<Shape> shapes = {{32, 16, 128, 4096}, {32, 20, 128, 4096}, {32, 24, 128, 4096}, {32, 32, 128, 4096},
+                               {32, 40, 128, 4096}, {32, 48, 128, 4096}, {32, 64, 128, 4096}, {32, 128, 128, 4096},
+                               {16, 24, 128, 2048}, {16, 32, 128, 2048}, {16, 64, 128, 2048}, {24, 32, 128, 3072},
+                               {48, 32, 128, 6144}, {64, 32, 128, 8192}, {64, 64, 128, 8192}, {8, 32, 128, 1024},
+                               {8, 64, 512, 4096},  {12, 32, 64, 768}};
+  if (only) shapes = {*only};
+  for (const Shape& s : shapes)
+    for (DType dtype : {DType::bfloat16, DType::float16, DType::float32}) {
+      if (dtype == DType::float16 && s.K != 4096) continue;
+      Inputs in(s, dtype, stream);
+      const Fp32Precision precision = dtype == DType::float32 ? Fp32Precision::tf32 : Fp32Precision::ieee;
+      const std::string mode = dtype == DType::float32 ? "tf32" : std::string(dtype_name(dtype));
+      const Run unfused = unfused_run(in, precision);
+      const Problem& p0 = in.sets[0];
+      cuda::concatenate(p0, in.concatenated, stream);
+      std::vector<Candidate> candidates = decode_comparators(in, unfused, precision, mode);
+      if (s.B > cuda::kWeightStreamMaxRows)
+        std::erase_if(candidates, [](const Candidate& c) {
+          return c.name.starts_with("stream_dispatched") || c.name.starts_with("latency_dispatched");
+        });
+      const gett::Choice chosen = gett::choose(p0);
+      if (chosen.variant->why_not(p0).empty() && chosen.variant->workspace_bytes(p0) == 0)
+        candidates.push_back(
+            {std::string("gett_dispatched_") + chosen.variant->name, gett_run(*chosen.variant, chosen.tuning), true});
+      for (const gett::Variant* v : gett::library_variants())
+        if (v->dtype == dtype && std::string(v->name).find("weight_rows") != std::string::npos &&
+            v->why_not(p0).empty())
+          candidates.push_back({std::string("gett_") + v->name, gett_run(*v, {}), true});
+      compare(s, in, candidates, unfused, stream);
+    }
+}
+
 // Host microseconds per call (median, the GPU never waited on): the device-pointer checks alone,
 // and forward() end to end (validation, dispatch, launch) for the latency kernel, the GETT and the
 // unfused baseline. Separate CSV: step,R,B,H,K,dtype,host_us.
@@ -611,5 +651,6 @@ int main(int argc, char** argv) {
   if (which == "stream_blocks" || which == "all") stream_blocks_sweep(stream, only);
   if (which == "gett" || which == "all") gett_sweep(stream, false, only);
   if (which == "gett_large") gett_sweep(stream, true, only);
+  if (which == "gett_weight_rows" || which == "all") gett_weight_rows_sweep(stream, only);
   return 0;
 }

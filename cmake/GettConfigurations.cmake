@@ -3,15 +3,22 @@
 #
 #   gather_linear_gett_sources(<out-var> <template> <spec>...)
 #
-# A spec is "name dtype tile_m tile_n tile_k cluster_m cluster_n schedule [epilogue_m epilogue_n]"
-# (dtype: a gather_linear::DType enumerator; schedule: cooperative or pingpong; no epilogue fields,
-# or 0 0: CUTLASS picks the epilogue sub-tile). The template sees @NAME@, @DTYPE@, @TILE_M@,
-# @TILE_N@, @TILE_K@, @CLUSTER_M@, @CLUSTER_N@, @SCHEDULE@, @EPILOGUE_M@ and @EPILOGUE_N@; the
-# units land in <current binary dir>/generated/gett_<name>.cu.
+# A spec is "name dtype tile_m tile_n tile_k cluster_m cluster_n schedule [epilogue_m epilogue_n]
+# [weight_rows]" (dtype: a gather_linear::DType enumerator; schedule: cooperative or pingpong; no
+# epilogue fields, or 0 0: CUTLASS picks the epilogue sub-tile; weight_rows: the weight's rows are
+# the GEMM's M mode). The template sees @NAME@, @DTYPE@, @TILE_M@, @TILE_N@, @TILE_K@,
+# @CLUSTER_M@, @CLUSTER_N@, @SCHEDULE@, @EPILOGUE_M@, @EPILOGUE_N@ and @WEIGHT_ROWS_AS_M@ (true or
+# false); the units land in <current binary dir>/generated/gett_<name>.cu.
 function(gather_linear_gett_sources out_var template)
   set(sources)
   foreach(spec IN LISTS ARGN)
     string(REPLACE " " ";" fields "${spec}")
+    set(WEIGHT_ROWS_AS_M false)
+    list(GET fields -1 last_field)
+    if(last_field STREQUAL "weight_rows")
+      set(WEIGHT_ROWS_AS_M true)
+      list(REMOVE_AT fields -1)
+    endif()
     list(LENGTH fields field_count)
     if(NOT (field_count EQUAL 8 OR field_count EQUAL 10))
       message(FATAL_ERROR "GETT configuration \"${spec}\": expected 8 or 10 fields, got ${field_count}")

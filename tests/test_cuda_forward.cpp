@@ -192,15 +192,22 @@ void expect_graph_replays_match(const Case& c, DeviceOperands& d, const Options&
 TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
   const TestStream stream;
   // `misaligned` takes the unfused baseline's bias through an aligned copy (a memcpy in the graph).
-  // The last two split the weight-streaming kernel's tiles between two blocks of a cluster.
-  for (const Case& c : {Case{{4, 12, 32, 56}, DType::float32, Layout::head_major, true},
-                        Case{{8, 300, 64, 200}, DType::float32, Layout::head_major, true},
-                        Case{{8, 300, 64, 200}, DType::float16, Layout::misaligned, true},
-                        Case{{8, 12, 64, 200}, DType::float16, Layout::head_major, true},
-                        Case{{26, 2, 128, 512}, DType::float32, Layout::head_major, true},
-                        Case{{64, 4, 128, 64}, DType::float16, Layout::head_major, true}})
+  // The last two split the weight-streaming kernel's tiles between two blocks of a cluster; they
+  // run only that kernel (which the dispatcher picks), as cuBLAS takes split-K kernels there that
+  // compute-sanitizer's racecheck and initcheck flag (scripts/sanitize_gpu.sh runs this test).
+  struct Captured {
+    Case c;
+    bool every_kernel;
+  };
+  for (const auto& [c, every_kernel] : {Captured{{{4, 12, 32, 56}, DType::float32, Layout::head_major, true}, true},
+                                        Captured{{{8, 300, 64, 200}, DType::float32, Layout::head_major, true}, true},
+                                        Captured{{{8, 300, 64, 200}, DType::float16, Layout::misaligned, true}, true},
+                                        Captured{{{8, 12, 64, 200}, DType::float16, Layout::head_major, true}, true},
+                                        Captured{{{26, 2, 128, 512}, DType::float32, Layout::head_major, true}, false},
+                                        Captured{{{64, 4, 128, 64}, DType::float16, Layout::head_major, true}, false}})
     for (const char* kernel : {"auto", "cuda_latency", kWeightStream, kMma, "cuda_simt_tiled", kBaseline}) {
-      if (!can_run(kernel, c)) continue;
+      const bool wanted = every_kernel || kernel == std::string("auto") || kernel == std::string(kWeightStream);
+      if (!wanted || !can_run(kernel, c)) continue;
       Operands o = make_operands(c, 7);
       DeviceOperands d(o);
       Options options = options_for(kernel);
@@ -615,7 +622,7 @@ TEST_F(CudaTest, GettMidSizeChoices) {
       {{32, 512, 128, 1024}, nullptr},                    // a long reduction over half a wave
       {{32, 256, 64, 2048}, nullptr},                     // 2^24 per block, half a wave
       {{16, 640, 128, 2048}, nullptr},                    // two waves of long blocks
-      {{64, 64, 128, 8192}, nullptr},                     // a full wave of 2^26 per block
+      {{64, 64, 128, 8192}, "bf16_weight_rows_pingpong_64x64"},  // 64 rows against 128 MB
       {{64, 16, 128, 8192}, nullptr},                     // fewer rows than a tile, long blocks
   };
   for (DType dtype : {DType::bfloat16, DType::float16})
@@ -637,6 +644,51 @@ TEST_F(CudaTest, GettMidSizeChoices) {
       const Options automatic = options_for("auto");
       expect_accurate(c, automatic, cuda_error_of(c, automatic));
     }
+}
+
+// 17 to 64 rows (TF32: 32) against 8 to 128 MB of weight (TF32: 256 MB) that the weight-streaming
+// kernel leaves run on the GETT with the weight's rows as M: x's rows in one N tile of 32 or 64.
+// Partial tiles in both modes, a slice width the GETT refuses, and the limits on either side. The
+// expected choices are the H200's; through the dispatcher each shape is accurate.
+TEST_F(CudaTest, GettWeightRowsChoices) {
+  if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  struct Expected {
+    Case c;
+    const char* configuration;  // null: not the GETT
+    Fp32Precision precision = Fp32Precision::ieee;
+  };
+  constexpr Fp32Precision tf32 = Fp32Precision::tf32;
+  const Expected cases[] = {
+      {{{32, 24, 128, 4096}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x32"},
+      {{{32, 32, 128, 4096}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32"},
+      {{{24, 17, 128, 2600}, DType::bfloat16, Layout::contiguous, false}, "bf16_weight_rows_pingpong_64x32"},
+      {{{32, 48, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x64"},
+      {{{20, 37, 128, 3000}, DType::float16, Layout::head_major, true}, "f16_weight_rows_pingpong_64x64"},
+      {{{16, 64, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x64"},
+      {{{32, 24, 128, 4096}, DType::float32, Layout::contiguous, true}, "tf32_weight_rows_pingpong_64x32", tf32},
+      {{{16, 32, 128, 2048}, DType::float32, Layout::head_major, false}, "tf32_weight_rows_pingpong_64x32", tf32},
+      {{{16, 32, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 8 MB: weight-streaming
+      {{{32, 16, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 16 rows: weight-streaming
+      {{{32, 65, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 65 rows
+      {{{64, 32, 128, 16384}, DType::bfloat16, Layout::contiguous, true}, nullptr},  // 256 MB
+      {{{32, 24, 72, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},    // H = 72: partial K tiles
+      {{{32, 48, 128, 4096}, DType::float32, Layout::contiguous, true}, nullptr, tf32},  // TF32, 48 rows
+      {{{32, 24, 128, 4096}, DType::float32, Layout::contiguous, true}, nullptr},        // exact float32
+  };
+  for (const Expected& e : cases) {
+    Operands o = make_operands(e.c, 8);
+    DeviceOperands d(o);
+    const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+    const Options automatic = options_for("auto", e.precision);
+    const std::string kernel(select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), automatic));
+    if (e.configuration == nullptr) {
+      EXPECT_NE(kernel, kGett) << e.c;
+    } else {
+      EXPECT_EQ(kernel, kGett) << e.c;
+      EXPECT_EQ(cuda::gett::choose(p).variant->name, std::string(e.configuration)) << e.c;
+    }
+    expect_accurate(e.c, automatic, cuda_error_of(e.c, automatic));
+  }
 }
 
 // The weight-streaming kernel run directly with every division of the reduction between warps:

@@ -56,7 +56,9 @@ std::vector<const Variant*> library_variants() {
           &bf16_cooperative_128x64(),             &f16_cooperative_128x64(),
           &bf16_pingpong_64x64(),                 &f16_pingpong_64x64(),
           &tf32_pingpong_128x128(),               &tf32_cooperative_128x256(),
-          &tf32_cooperative_128x128()};
+          &tf32_cooperative_128x128(),            &bf16_weight_rows_pingpong_64x32(),
+          &f16_weight_rows_pingpong_64x32(),      &bf16_weight_rows_pingpong_64x64(),
+          &f16_weight_rows_pingpong_64x64(),      &tf32_weight_rows_pingpong_64x32()};
 }
 
 namespace {
@@ -82,12 +84,29 @@ MidSizeTiles mid_size_tiles(const Problem& p) {
   const int tile_m = small ? 64 : 128, tile_n = 64;
   return {small, tile_count(p, tile_m, tile_n) / sms, static_cast<double>(tile_m * tile_n) * static_cast<double>(p.RH)};
 }
+
+// 17 to 64 rows of x (TF32: to 32) against 8 to 128 MB of weight (TF32: to 256 MB), beyond the
+// weight-streaming kernel's reach: the weight's rows as M in 64-row tiles, x's rows in one N tile
+// of 32 or 64. Against unfused: 16-bit 0.78-0.97x its time with up to 32 rows, 0.91-1.00x with 33
+// to 64; TF32 with up to 32 rows 0.79-1.00x (the tie at 144 MB). TF32 with 40 to 64 rows lost
+// against 32-128 MB (1.06-1.27x; 0.85x at 16 MB) and stays with cuBLAS, as do 128 rows (1.01x)
+// (bench/results/gett_weight_rows_h200.csv).
+const Variant* weight_rows_variant(const Problem& p) {
+  const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
+  const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
+  if (p.B < 17 || p.B > (tf32 ? 32 : 64) || weight_bytes < 8 * MiB || weight_bytes > (tf32 ? 256 : 128) * MiB)
+    return nullptr;
+  if (tf32) return &tf32_weight_rows_pingpong_64x32();
+  if (p.B <= 32) return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
+  return f16 ? &f16_weight_rows_pingpong_64x64() : &bf16_weight_rows_pingpong_64x64();
+}
 }  // namespace
 
 // Measured on an H200: kernel_variants gett (bench/results/gett_tuning_h200.csv for the large
 // problems, gett_mid_size_h200.csv for the mid-size ones) and the CLI over bench/shapes_mid.txt
 // (sweep_mid_h200.csv).
 Choice choose(const Problem& p) {
+  if (const Variant* few_rows = weight_rows_variant(p)) return {few_rows, {}};
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
   const double sms = multiprocessor_count(p.device.index);
   // Mid-size: consecutive tiles along n with a swizzle of 2 were 7% (128x64) and 3% (64x64)
@@ -129,6 +148,7 @@ bool outruns_unfused(const Problem& p) {
   const bool tf32 = p.dtype == DType::float32;
   const std::int64_t tile_k = tf32 ? 32 : 64;
   if (p.H % tile_k != 0) return false;
+  if (weight_rows_variant(p) != nullptr) return true;
   const double outputs = static_cast<double>(p.outputs());
   // Below a million TF32 outputs cuBLAS's small-problem kernels behind the concatenation win.
   if (tf32) return outputs >= kMidSizeOutputsTf32;

@@ -3,7 +3,8 @@
 // The gathered operand A[b, r*H + h] = x[r, b, h] has the two-level K mode (H, R) : (1, stride_r).
 // CuTe takes that nested stride as it is, so the TMA unit reads x's slices in place (a box over h,
 // b and, when a K tile spans slices, r) and the mainloop never sees a concatenation. W's K mode is
-// the same (H, R) : (1, H) under its row stride. Bias is added in the epilogue.
+// the same (H, R) : (1, H) under its row stride. Bias is added in the epilogue. Either operand
+// may be the GEMM's A (M mode): x's rows by default, the weight's rows for a few rows of x.
 //
 // Included only by the one-configuration translation units (gett_*.cu, compiled for sm_90a alone)
 // and by the benchmark's extra configurations.
@@ -44,8 +45,11 @@ template <> struct Elements<DType::float32> { using Input = float; using Output 
 
 // kEpilogueM x kEpilogueN: the epilogue's sub-tile (each is staged through shared memory and stored
 // by TMA); 0 x 0 lets CUTLASS choose (64x32 for ping-pong, 128x32 for cooperative).
+// kWeightRowsAsM: the GEMM's M mode is the weight's rows and N x's (y^T = W A^T, y stored
+// column-major as y^T), for a few rows of x: 64-row tiles of W then spread the weight over the
+// SMs while a narrow N tile (32 or 64) covers all of x's rows.
 template <DType kDType, int kTileM, int kTileN, int kTileK, int kClusterM, int kClusterN, Schedule kSchedule,
-          int kEpilogueM = 0, int kEpilogueN = 0>
+          int kEpilogueM = 0, int kEpilogueN = 0, bool kWeightRowsAsM = false>
 struct Gett {
   using Input = typename Elements<kDType>::Input;
   using Output = typename Elements<kDType>::Output;
@@ -53,11 +57,13 @@ struct Gett {
   static constexpr int kInputAlignment = 16 / sizeof(Input);  // elements per 16-byte TMA granule
   static constexpr int kOutputAlignment = 16 / sizeof(Output);
 
-  // (M, N, (H, R), batch) and the strides that make A and W's K modes two-level.
+  // (M, N, (H, R), batch) and the strides that make x's and W's K modes two-level (one type, so
+  // that either may be the A operand).
   using ProblemShape = cute::Shape<int, int, cute::Shape<int, int>, int>;
   using StrideA = cute::Stride<std::int64_t, cute::Stride<cute::_1, std::int64_t>, std::int64_t>;
   using StrideB = StrideA;
-  using StrideD = cute::Stride<std::int64_t, cute::_1, std::int64_t>;
+  using StrideD = std::conditional_t<kWeightRowsAsM, cute::Stride<cute::_1, std::int64_t, std::int64_t>,
+                                     cute::Stride<std::int64_t, cute::_1, std::int64_t>>;
 
   // The block tile: nested K mode for the mainloop (it tiles the (H, R) mode), flat for the
   // epilogue builder.
@@ -76,7 +82,9 @@ struct Gett {
                                              cutlass::epilogue::collective::EpilogueTileAuto>;
 
   // D = alpha * acc + bias[n] (no C operand); a null bias reads as zeros.
-  using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<Output, Accumulator, Output, Output, Accumulator>;
+  using Fusion = std::conditional_t<
+      kWeightRowsAsM, cutlass::epilogue::fusion::LinCombPerRowBias<Output, Accumulator, Output, Output, Accumulator>,
+      cutlass::epilogue::fusion::LinCombPerColBias<Output, Accumulator, Output, Output, Accumulator>>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, BlockTile, Cluster,
       EpilogueSubtile, Accumulator, Accumulator, void, StrideD, kOutputAlignment,
@@ -91,15 +99,22 @@ struct Gett {
 
   static Arguments arguments(const Problem& problem, Tuning tuning) {
     const Problem p = with_canonical_unit_strides(problem);
-    const ProblemShape shape{static_cast<int>(p.B), static_cast<int>(p.K),
-                             cute::make_shape(static_cast<int>(p.H), static_cast<int>(p.R)), 1};
+    const auto hr = cute::make_shape(static_cast<int>(p.H), static_cast<int>(p.R));
     const StrideA stride_x{p.x_stride_b, cute::make_stride(cute::_1{}, p.x_stride_r), 0};
     const StrideB stride_w{p.weight_stride_k, cute::make_stride(cute::_1{}, p.H), 0};
-    const StrideD stride_y{p.y_stride_b, cute::_1{}, 0};
-    Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                   shape,
-                   {static_cast<const Input*>(p.x), stride_x, static_cast<const Input*>(p.weight), stride_w},
-                   {{}, nullptr, stride_y, static_cast<Output*>(p.y), stride_y}};
+    Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    if constexpr (kWeightRowsAsM) {
+      const StrideD stride_y{cute::_1{}, p.y_stride_b, 0};
+      args.problem_shape = ProblemShape{static_cast<int>(p.K), static_cast<int>(p.B), hr, 1};
+      args.mainloop = {static_cast<const Input*>(p.weight), stride_w, static_cast<const Input*>(p.x), stride_x};
+      args.epilogue = {{}, nullptr, stride_y, static_cast<Output*>(p.y), stride_y};
+    } else {
+      const StrideD stride_y{p.y_stride_b, cute::_1{}, 0};
+      args.problem_shape = ProblemShape{static_cast<int>(p.B), static_cast<int>(p.K), hr, 1};
+      args.mainloop = {static_cast<const Input*>(p.x), stride_x, static_cast<const Input*>(p.weight), stride_w};
+      args.epilogue = {{}, nullptr, stride_y, static_cast<Output*>(p.y), stride_y};
+    }
     args.epilogue.thread.alpha = 1.f;
     args.epilogue.thread.beta = 0.f;
     args.epilogue.thread.bias_ptr = static_cast<const Output*>(p.bias);

@@ -58,6 +58,11 @@ const Variant& f16_pingpong_64x64();
 const Variant& tf32_pingpong_128x128();
 const Variant& tf32_cooperative_128x256();
 const Variant& tf32_cooperative_128x128();
+const Variant& bf16_weight_rows_pingpong_64x32();
+const Variant& f16_weight_rows_pingpong_64x32();
+const Variant& bf16_weight_rows_pingpong_64x64();
+const Variant& f16_weight_rows_pingpong_64x64();
+const Variant& tf32_weight_rows_pingpong_64x32();
 
 // All of the above, for tests and benchmarks that go through every configuration.
 std::vector<const Variant*> library_variants();
