@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -272,6 +273,15 @@ struct Candidate {
   bool check_result;
 };
 
+// The GETT family's own choice of configuration for p (gett::choose) and its scheduler settings,
+// where that configuration runs p without a workspace.
+void add_gett_choice(std::vector<Candidate>& candidates, const Problem& p) {
+  const cuda::gett::Choice chosen = cuda::gett::choose(p);
+  if (chosen.variant->why_not(p).empty() && chosen.variant->workspace_bytes(p) == 0)
+    candidates.push_back(
+        {std::string("gett_dispatched_") + chosen.variant->name, gett_run(*chosen.variant, chosen.tuning), true});
+}
+
 // Checks each candidate against `reference_run`, then times them all interleaved (same clocks for
 // every candidate) and prints a row each.
 void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidates, const Run& reference_run,
@@ -289,19 +299,25 @@ void compare(const Shape& s, Inputs& in, const std::vector<Candidate>& candidate
 }
 
 // cuBLASLt GEMM-only on the pre-concatenated input, the unfused baseline, and the latency and
-// weight-streaming kernels as dispatched, in one precision (`mode` ends each name).
+// weight-streaming kernels as dispatched, in one precision (`mode` ends each name). Beyond the
+// weight-streaming kernel's rows neither of those two is compared (the latency kernel would
+// take many times unfused's time there).
 std::vector<Candidate> decode_comparators(Inputs& in, const Run& unfused, Fp32Precision precision,
                                           const std::string& mode) {
-  return {{"cublaslt_gemm_only_" + mode,
-           [&in, precision](const Problem& p, cudaStream_t st) {
-             cuda::gemm_on_concatenated(p, in.concatenated, precision, in.gemm_workspace, st);
-           },
-           false},
-          {"unfused_cublaslt_" + mode, unfused, false},
-          {"latency_dispatched_" + mode, [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); },
-           true},
-          {"stream_dispatched_" + mode,
-           [precision](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st); }, true}};
+  std::vector<Candidate> candidates = {{"cublaslt_gemm_only_" + mode,
+                                        [&in, precision](const Problem& p, cudaStream_t st) {
+                                          cuda::gemm_on_concatenated(p, in.concatenated, precision,
+                                                                     in.gemm_workspace, st);
+                                        },
+                                        false},
+                                       {"unfused_cublaslt_" + mode, unfused, false}};
+  if (in.sets[0].B > cuda::kWeightStreamMaxRows) return candidates;
+  candidates.push_back({"latency_dispatched_" + mode,
+                        [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); }, true});
+  candidates.push_back({"stream_dispatched_" + mode,
+                        [precision](const Problem& p, cudaStream_t st) { cuda::run_weight_stream(p, precision, st); },
+                        true});
+  return candidates;
 }
 
 template <int NG, int U, cuda::mma::Mode M = cuda::mma::Mode::bf16>
@@ -387,22 +403,38 @@ void stream_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
   }
 }
 
-// One shape in bfloat16, exact float32 and TF32 (`mode`: bf16, f32, tf32): cuBLASLt GEMM-only,
-// the unfused baseline and the latency and weight-streaming kernels as dispatched, plus what
-// add_candidates(candidates, precision, mode) appends, compared against unfused in that precision.
+// A dtype and, for float32, exact or TF32; named bf16, f16, f32 or tf32 in the candidates' names.
+struct DecodeMode {
+  DType dtype;
+  Fp32Precision precision = Fp32Precision::ieee;
+  std::string name() const {
+    return dtype == DType::bfloat16  ? "bf16"
+           : dtype == DType::float16 ? "f16"
+           : precision == Fp32Precision::tf32 ? "tf32"
+                                              : "f32";
+  }
+};
+constexpr DecodeMode kBf16{DType::bfloat16}, kF16{DType::float16}, kExact{DType::float32},
+    kTf32{DType::float32, Fp32Precision::tf32};
+
+// One shape in each mode (by default bfloat16, exact float32 and TF32): cuBLASLt GEMM-only, the
+// unfused baseline and the latency and weight-streaming kernels as dispatched, plus what
+// add_candidates(candidates, problem, precision, mode name) appends, compared against unfused in
+// that precision.
 template <class AddCandidates>
-void compare_decode_modes(const Shape& s, cudaStream_t stream, const AddCandidates& add_candidates) {
-  for (DType dtype : {DType::bfloat16, DType::float32}) {
-    Inputs in(s, dtype, stream);
-    for (Fp32Precision precision : {Fp32Precision::ieee, Fp32Precision::tf32}) {
-      if (dtype == DType::bfloat16 && precision == Fp32Precision::tf32) continue;
-      const std::string mode = dtype == DType::bfloat16 ? "bf16" : precision == Fp32Precision::tf32 ? "tf32" : "f32";
-      const Run unfused = unfused_run(in, precision);
-      cuda::concatenate(in.sets[0], in.concatenated, stream);
-      std::vector<Candidate> candidates = decode_comparators(in, unfused, precision, mode);
-      add_candidates(candidates, precision, mode);
-      compare(s, in, candidates, unfused, stream);
+void compare_decode_modes(const Shape& s, cudaStream_t stream, const AddCandidates& add_candidates,
+                          std::initializer_list<DecodeMode> modes = {kBf16, kExact, kTf32}) {
+  std::optional<Inputs> in;
+  for (const DecodeMode& m : modes) {
+    if (!in || in->dtype != m.dtype) {
+      in.reset();
+      in.emplace(s, m.dtype, stream);
     }
+    const Run unfused = unfused_run(*in, m.precision);
+    cuda::concatenate(in->sets[0], in->concatenated, stream);
+    std::vector<Candidate> candidates = decode_comparators(*in, unfused, m.precision, m.name());
+    add_candidates(candidates, in->sets[0], m.precision, m.name());
+    compare(s, *in, candidates, unfused, stream);
   }
 }
 
@@ -419,7 +451,8 @@ void stream_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
   using cuda::mma::Mode;
   const cuda::WeightStreamTuning early{0, true, DependentLaunch::early}, late{0, true, DependentLaunch::late};
   for (const Shape& s : shapes)
-    compare_decode_modes(s, stream, [&](std::vector<Candidate>& candidates, Fp32Precision, const std::string& mode) {
+    compare_decode_modes(s, stream, [&](std::vector<Candidate>& candidates, const Problem&, Fp32Precision,
+                                        const std::string& mode) {
       const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
       if (mode == "bf16") {
         add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::bf16>(early));
@@ -449,7 +482,7 @@ void stream_blocks_sweep(cudaStream_t stream, const std::optional<Shape>& only) 
   const int sms = cuda::multiprocessor_count(0);
   for (const Shape& s : shapes) {
     const std::int64_t tiles = (s.K + 15) / 16;
-    const auto add_divisions = [&](std::vector<Candidate>& candidates, Fp32Precision precision,
+    const auto add_divisions = [&](std::vector<Candidate>& candidates, const Problem&, Fp32Precision precision,
                                    const std::string& mode) {
       const auto add = [&](int warps, int splits) {
         const cuda::WeightStreamTuning tuning{.warps = warps, .splits = splits};
@@ -506,10 +539,7 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
            },
            false},
           {"unfused_cublaslt_" + mode, unfused, false}};
-      const gett::Choice chosen = gett::choose(p0);
-      if (chosen.variant->why_not(p0).empty())
-        candidates.push_back(
-            {std::string("gett_dispatched_") + chosen.variant->name, gett_run(*chosen.variant, chosen.tuning), true});
+      add_gett_choice(candidates, p0);
       for (std::size_t i = 0; i < variants.size(); ++i) {
         const gett::Variant* v = variants[i];
         if (v->dtype != dtype || !v->why_not(p0).empty() || v->workspace_bytes(p0) != 0) continue;
@@ -548,30 +578,20 @@ void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& onl
                                {48, 32, 128, 6144}, {64, 32, 128, 8192}, {64, 64, 128, 8192}, {8, 32, 128, 1024},
                                {8, 64, 512, 4096},  {12, 32, 64, 768}};
   if (only) shapes = {*only};
-  for (const Shape& s : shapes)
-    for (DType dtype : {DType::bfloat16, DType::float16, DType::float32}) {
-      if (dtype == DType::float16 && s.K != 4096) continue;
-      Inputs in(s, dtype, stream);
-      const Fp32Precision precision = dtype == DType::float32 ? Fp32Precision::tf32 : Fp32Precision::ieee;
-      const std::string mode = dtype == DType::float32 ? "tf32" : std::string(dtype_name(dtype));
-      const Run unfused = unfused_run(in, precision);
-      const Problem& p0 = in.sets[0];
-      cuda::concatenate(p0, in.concatenated, stream);
-      std::vector<Candidate> candidates = decode_comparators(in, unfused, precision, mode);
-      if (s.B > cuda::kWeightStreamMaxRows)
-        std::erase_if(candidates, [](const Candidate& c) {
-          return c.name.starts_with("stream_dispatched") || c.name.starts_with("latency_dispatched");
-        });
-      const gett::Choice chosen = gett::choose(p0);
-      if (chosen.variant->why_not(p0).empty() && chosen.variant->workspace_bytes(p0) == 0)
-        candidates.push_back(
-            {std::string("gett_dispatched_") + chosen.variant->name, gett_run(*chosen.variant, chosen.tuning), true});
-      for (const gett::Variant* v : gett::library_variants())
-        if (v->dtype == dtype && std::string(v->name).find("weight_rows") != std::string::npos &&
-            v->why_not(p0).empty())
-          candidates.push_back({std::string("gett_") + v->name, gett_run(*v, {}), true});
-      compare(s, in, candidates, unfused, stream);
-    }
+  const auto add_configurations = [](std::vector<Candidate>& candidates, const Problem& p, Fp32Precision,
+                                     const std::string&) {
+    add_gett_choice(candidates, p);
+    for (const gett::Variant* v : gett::library_variants())
+      if (v->dtype == p.dtype && std::string(v->name).find("weight_rows") != std::string::npos &&
+          v->why_not(p).empty())
+        candidates.push_back({std::string("gett_") + v->name, gett_run(*v, {}), true});
+  };
+  for (const Shape& s : shapes) {
+    if (s.K == 4096)
+      compare_decode_modes(s, stream, add_configurations, {kBf16, kF16, kTf32});
+    else
+      compare_decode_modes(s, stream, add_configurations, {kBf16, kTf32});
+  }
 }
 
 // Host microseconds per call (median, the GPU never waited on): the device-pointer checks alone,

@@ -52,7 +52,7 @@ struct StreamArgs {
 constexpr int kMaxWarps = 16;
 // The largest portable cluster; the bytes a tile loads that call for one more block; the bytes
 // from which a block takes more than 8 warps (launch() says why).
-constexpr std::uint32_t kMaxSplits = 8, kSplitBytes = 96 * 1024, kSixteenWarpsBytes = 48 * 1024;
+constexpr std::uint32_t kMaxSplits = 8, kSplitBytes = 96 * 1024, kManyWarpsBytes = 48 * 1024;
 
 // Elements of one warp step: 4 lanes' 16-byte groups (kVec16 elements each).
 template <class T> inline constexpr int kStep = 4 * kVec16<T>;
@@ -220,17 +220,22 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1) weight_stream_kernel(const 
 #endif
 }
 
-// Blocks of `warps` warps (8, 12 or 16) one SM holds at once (registers, threads, shared memory),
-// queried once per instantiation and device. Slots hold the count + 1: 0 means not queried yet.
+// Shared memory of a block of `warps` warps: each warp's tile of sums.
+template <int NG> constexpr std::size_t tile_sums_bytes(int warps) {
+  return static_cast<std::size_t>(warps) * 16 * 8 * NG * sizeof(float);
+}
+
+// Blocks of 12 warps one SM holds at once (registers, threads, shared memory), queried once per
+// instantiation and device. A slot holds the count + 1: 0 means not queried yet.
+constexpr int kTwelveWarps = 12;
 template <mma::Mode M, int NG, int U>
-int resident_blocks(int warps, int device) {
-  constexpr int kTile = 16 * 8 * NG;
-  static std::array<std::array<std::atomic<int>, 3>, kMaxDevices> cached{};
-  std::atomic<int>& slot = cached[static_cast<std::size_t>(device)][static_cast<std::size_t>(warps / 4 - 2)];
+int twelve_warp_blocks_per_sm(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> cached{};
+  std::atomic<int>& slot = cached[static_cast<std::size_t>(device)];
   if (const int stored = slot.load(std::memory_order_relaxed); stored != 0) return stored - 1;
   int blocks = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, weight_stream_kernel<M, NG, U>, warps * 32,
-                                                      static_cast<std::size_t>(warps * kTile) * sizeof(float)),
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, weight_stream_kernel<M, NG, U>, kTwelveWarps * 32,
+                                                      tile_sums_bytes<NG>(kTwelveWarps)),
         "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   slot.store(blocks + 1, std::memory_order_relaxed);
   return blocks;
@@ -246,7 +251,7 @@ int resident_blocks(int warps, int device) {
 template <mma::Mode M, int NG, int U>
 void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool programmatic = true) {
   using T = typename mma::ModeTraits<M>::Element;
-  constexpr int kRows = 16, kTile = kRows * 8 * NG;
+  constexpr int kRows = 16;
   const auto tiles = static_cast<std::uint32_t>((p.K + kRows - 1) / kRows);
   const auto steps = static_cast<std::uint32_t>((p.RH + kStep<T> - 1) / kStep<T>);
   // What a tile's blocks load: its slice of the weight and, per step, x's rows. With few tiles
@@ -273,12 +278,12 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool
   int warps = 8;
   if (tuning.warps > 0) {
     warps = std::min(tuning.warps, kMaxWarps);
-  } else if (tile_load_bytes >= kSixteenWarpsBytes) {
+  } else if (tile_load_bytes >= kManyWarpsBytes) {
     if (tiles * splits <= sms)
       warps = 16;
     else if ((M == mma::Mode::tf32x3 || p.B > 8) &&
-             tiles * splits <= static_cast<std::uint32_t>(resident_blocks<M, NG, U>(12, p.device.index)) * sms)
-      warps = 12;
+             tiles * splits <= static_cast<std::uint32_t>(twelve_warp_blocks_per_sm<M, NG, U>(p.device.index)) * sms)
+      warps = kTwelveWarps;
   }
   const StreamArgs args{operands_of(p), static_cast<std::uint32_t>(p.B), static_cast<std::uint32_t>(p.K),
                         static_cast<std::uint32_t>(p.RH), steps,
@@ -287,8 +292,8 @@ void launch(const Problem& p, CudaStream stream, WeightStreamTuning tuning, bool
                             (tuning.dependents == DependentLaunch::by_rows && NG > 1)};
 
   // Each warp's tile of sums: within the 48 KB any launch may take without raising its limit.
-  static_assert(kMaxWarps * kTile * sizeof(float) <= 48 * 1024);
-  const auto shared_bytes = static_cast<std::size_t>(warps * kTile) * sizeof(float);
+  static_assert(tile_sums_bytes<NG>(kMaxWarps) <= 48 * 1024);
+  const std::size_t shared_bytes = tile_sums_bytes<NG>(warps);
   launch_maybe_programmatic(weight_stream_kernel<M, NG, U>, args, dim3(tiles * splits),
                             dim3(static_cast<unsigned>(warps * 32)), shared_bytes, stream, p.device.index,
                             programmatic, "weight_stream_kernel", splits);
