@@ -647,7 +647,8 @@ TEST_F(CudaTest, GettMidSizeChoices) {
 }
 
 // 17 to 64 rows (TF32: 32) against 8 to 128 MB of weight (TF32: 256 MB) that the weight-streaming
-// kernel leaves run on the GETT with the weight's rows as M: x's rows in one N tile of 32 or 64.
+// kernel leaves run on the GETT with the weight's rows as M: x's rows in one N tile of 32 or 64
+// (two of 32 where the weight has 33 or fewer 64-row tiles; none where it has fewer than 32).
 // Partial tiles in both modes, a slice width the GETT refuses, and the limits on either side. The
 // expected choices are the H200's; through the dispatcher each shape is accurate.
 TEST_F(CudaTest, GettWeightRowsChoices) {
@@ -664,12 +665,16 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
       {{{24, 17, 128, 2600}, DType::bfloat16, Layout::contiguous, false}, "bf16_weight_rows_pingpong_64x32"},
       {{{32, 48, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x64"},
       {{{20, 37, 128, 3000}, DType::float16, Layout::head_major, true}, "f16_weight_rows_pingpong_64x64"},
-      {{{16, 64, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x64"},
+      {{{16, 64, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x32"},
+      {{{16, 48, 128, 2048}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32"},
+      {{{16, 64, 128, 2560}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x64"},
       {{{32, 24, 128, 4096}, DType::float32, Layout::contiguous, true}, "tf32_weight_rows_pingpong_64x32", tf32},
       {{{16, 32, 128, 2048}, DType::float32, Layout::head_major, false}, "tf32_weight_rows_pingpong_64x32", tf32},
       {{{16, 32, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 8 MB: weight-streaming
       {{{32, 16, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 16 rows: weight-streaming
       {{{32, 65, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 65 rows
+      {{{64, 48, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 16 weight tiles
+      {{{64, 24, 128, 1024}, DType::float32, Layout::head_major, true}, nullptr, tf32},  // 16 weight tiles
       {{{64, 32, 128, 16384}, DType::bfloat16, Layout::contiguous, true}, nullptr},  // 256 MB
       {{{32, 24, 72, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},    // H = 72: partial K tiles
       {{{32, 48, 128, 4096}, DType::float32, Layout::contiguous, true}, nullptr, tf32},  // TF32, 48 rows
@@ -776,16 +781,20 @@ TEST_F(CudaTest, WeightStreamDeterministic) {
 
 // The dispatcher sends problems of up to 32 rows to the weight-streaming kernel (where it can
 // read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows,
-// 8 MB with 17 to 32); float32 from 2 MB, up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to
-// 36 MB and exact where the latency kernel declines, with 17 to 32 rows TF32 up to 8 MB and exact
-// at any size; nothing else. Each choice is accurate.
-// (The rule counts no SMs: the same on any GPU.)
+// 8 MB with 17 to 32, or 16 MB where the weight has fewer 64-row tiles than about a quarter of
+// the SMs); float32 from 2 MB, up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to 36 MB and
+// exact where the latency kernel declines, with 17 to 32 rows TF32 up to 8 MB and exact at any
+// size; nothing else. Each choice is accurate. Only the 16-MB rule counts SMs: its cases expect
+// the H200's 132.
 TEST_F(CudaTest, WeightStreamChoices) {
   struct Expected {
     Case c;
     bool streams;
     Fp32Precision precision = Fp32Precision::ieee;
+    bool counts_sms = false;
   };
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   constexpr Fp32Precision tf32 = Fp32Precision::tf32;
   const Expected cases[] = {
       {{{32, 1, 128, 4096}, DType::bfloat16, Layout::head_major, true}, true},   // 32 MB, one row
@@ -795,6 +804,10 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{48, 16, 128, 6144}, DType::float16, Layout::contiguous, true}, false},  // 72 MB, 16 rows
       {{{16, 17, 128, 2048}, DType::bfloat16, Layout::head_major, true}, true},  // 8 MB, 17 rows
       {{{16, 17, 128, 4096}, DType::bfloat16, Layout::head_major, true}, false}, // 16 MB, 17 rows
+      {{{64, 24, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, true, {}, true},  // 16 MB, 16 weight tiles
+      {{{32, 32, 128, 1536}, DType::float16, Layout::head_major, false}, true, {}, true},  // 12 MB, 24 weight tiles
+      {{{16, 17, 128, 2112}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 8.3 MB, 33 weight tiles
+      {{{64, 24, 128, 1088}, DType::bfloat16, Layout::contiguous, true}, false},           // 17 MB
       {{{26, 32, 128, 512}, DType::float16, Layout::contiguous, true}, true},    // 3.2 MB, 32 rows
       {{{64, 1, 128, 8192}, DType::bfloat16, Layout::contiguous, true}, false},  // 128 MB
       {{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true}, false},     // 14 KB: latency kernel
@@ -822,6 +835,7 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{16, 33, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, false},       // 33 rows
   };
   for (const Expected& e : cases) {
+    if (e.counts_sms && sms != 132) continue;
     Operands o = make_operands(e.c, 5);
     DeviceOperands d(o);
     const Options automatic = options_for("auto", e.precision);

@@ -82,11 +82,13 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // Up to 16 rows against 16-bit weights from 1 MB: read once by every SM, faster than unfused
   // and than the latency kernel; at 128 MB cuBLAS streams faster (0.90-0.93x). Up to 8 rows to
   // 72 MB; with 9 to 16 to 64 MB (at 72 MB, 1.04x unfused's time as a programmatic launch); with
-  // 17 to 32 to 8 MB (0.65-0.97x unfused's time; from 32 MB 1.07-1.59x). bench/results/:
-  // weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv, weight_stream_rows_h200.csv.
+  // 17 to 32 to 8 MB (0.65-0.97x unfused's time; from 32 MB 1.07-1.59x), and to 16 MB where the
+  // weight's rows are too few for the GETT with them as M (0.93-0.97x). bench/results/:
+  // weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv, weight_stream_rows_h200.csv,
+  // gett_weight_rows_tiles_h200.csv.
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
   const bool streamable = p.B <= kWeightStreamMaxRows && weight_bytes >= MiB && weight_stream_why_not(p).empty();
-  const double sixteen_bit_limit = (p.B <= 8 ? 72 : p.B <= 16 ? 64 : 8) * MiB;
+  const double sixteen_bit_limit = (p.B <= 8 ? 72 : p.B <= 16 ? 64 : gett::too_few_weight_tiles(p) ? 16 : 8) * MiB;
   if (streamable && sixteen_bit && weight_bytes <= sixteen_bit_limit) return kKernels[kWeightStream];
   // float32 (exact as 3xTF32, or TF32), measured against the better of the latency kernel and
   // unfused (bench/results/weight_stream_pdl_h200.csv): up to 8 rows against 2-128 MB, 0.67-1.01x

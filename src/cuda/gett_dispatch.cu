@@ -86,8 +86,8 @@ MidSizeTiles mid_size_tiles(const Problem& p) {
 }
 
 // 17 to 64 rows of x (TF32: to 32) against 8 to 128 MB of weight (TF32: to 256 MB), beyond the
-// weight-streaming kernel's reach: the weight's rows as M in 64-row tiles, x's rows in one N tile
-// of 32 or 64. Against unfused: 16-bit 0.78-0.97x its time with up to 32 rows, 0.91-1.00x with 33
+// weight-streaming kernel's reach: the weight's rows as M in 64-row tiles (where it has enough of
+// them), x's rows in one N tile of 32 or 64. Against unfused: 16-bit 0.78-0.97x its time with up to 32 rows, 0.91-1.00x with 33
 // to 64; TF32 with up to 32 rows 0.79-1.00x (the tie at 144 MB). TF32 with 40 to 64 rows lost
 // against 32-128 MB (1.06-1.27x; 0.85x at 16 MB) and stays with cuBLAS, as do 128 rows (1.01x)
 // (bench/results/gett_weight_rows_h200.csv).
@@ -96,11 +96,25 @@ const Variant* weight_rows_variant(const Problem& p) {
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
   if (p.B < 17 || p.B > (tf32 ? 32 : 64) || weight_bytes < 8 * MiB || weight_bytes > (tf32 ? 256 : 128) * MiB)
     return nullptr;
+  if (too_few_weight_tiles(p)) return nullptr;
   if (tf32) return &tf32_weight_rows_pingpong_64x32();
-  if (p.B <= 32) return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
+  // 33 to 64 rows in one N tile of 64, unless the weight's tiles are so few (a quarter of the SMs)
+  // that two N tiles of 32, each reading the weight's tile, read it faster: (16, 48-64, 128, 2048)
+  // 0.96-0.97x the time of 64x64; with 64 or 128 tiles of 64x64 they took 1.05-1.36x.
+  const double weight_tiles = static_cast<double>((p.K + 63) / 64);
+  if (p.B <= 32 || weight_tiles <= 0.25 * multiprocessor_count(p.device.index))
+    return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
   return f16 ? &f16_weight_rows_pingpong_64x64() : &bf16_weight_rows_pingpong_64x64();
 }
 }  // namespace
+
+// Each block reads its 64 rows of the weight alone, so with few of them each takes long: 16 or 24
+// tiles of 0.5-2 MB took 1.04-1.81x unfused's time (16-bit and TF32, 24 and 48 rows; 28 tiles at
+// (32, 48, 128, 1792) bfloat16 0.98x); from 32 tiles they won (bench/results/
+// gett_weight_rows_tiles_h200.csv).
+bool too_few_weight_tiles(const Problem& p) {
+  return static_cast<double>((p.K + 63) / 64) < 0.24 * multiprocessor_count(p.device.index);
+}
 
 // Measured on an H200: kernel_variants gett (bench/results/gett_tuning_h200.csv for the large
 // problems, gett_mid_size_h200.csv for the mid-size ones) and the CLI over bench/shapes_mid.txt

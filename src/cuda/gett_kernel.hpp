@@ -76,6 +76,9 @@ struct Choice {
 Choice choose(const Problem& p);
 // Whether the GETT beats the unfused baseline on p (the dispatcher's rule; measured).
 bool outruns_unfused(const Problem& p);
+// Whether the weight has too few 64-row tiles (fewer than about a quarter of the SMs) for the
+// configurations with the weight's rows as M, whose blocks each read one such tile alone.
+bool too_few_weight_tiles(const Problem& p);
 
 }  // namespace gett
 
