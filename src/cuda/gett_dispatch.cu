@@ -100,7 +100,7 @@ const Variant* weight_rows_variant(const Problem& p) {
   if (tf32) return &tf32_weight_rows_pingpong_64x32();
   // 33 to 64 rows in one N tile of 64, unless the weight's tiles are so few (a quarter of the SMs)
   // that two N tiles of 32, each reading the weight's tile, read it faster: (16, 48-64, 128, 2048)
-  // 0.96-0.97x the time of 64x64; with 64 or 128 tiles of 64x64 they took 1.05-1.36x.
+  // 0.96-0.97x the time of 64x64; with 64 or 128 tiles of 64x64 they took 1.01-1.38x.
   const double weight_tiles = static_cast<double>((p.K + 63) / 64);
   if (p.B <= 32 || weight_tiles <= 0.25 * multiprocessor_count(p.device.index))
     return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
