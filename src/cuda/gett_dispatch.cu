@@ -87,10 +87,10 @@ MidSizeTiles mid_size_tiles(const Problem& p) {
 
 // 17 to 64 rows of x (TF32: to 32) against 8 to 128 MB of weight (TF32: to 256 MB), beyond the
 // weight-streaming kernel's reach: the weight's rows as M in 64-row tiles (where it has enough of
-// them), x's rows in one N tile of 32 or 64. Against unfused: 16-bit 0.78-0.97x its time with up to 32 rows, 0.91-1.00x with 33
-// to 64; TF32 with up to 32 rows 0.79-1.00x (the tie at 144 MB). TF32 with 40 to 64 rows lost
-// against 32-128 MB (1.06-1.27x; 0.85x at 16 MB) and stays with cuBLAS, as do 128 rows (1.01x)
-// (bench/results/gett_weight_rows_h200.csv).
+// them), x's rows in one N tile of 32 or 64. Against unfused: 16-bit 0.78-0.97x its time with up
+// to 32 rows, 0.91-1.00x with 33 to 64; TF32 with up to 32 rows 0.79-1.00x (the tie at 144 MB).
+// TF32 with 40 to 64 rows lost against 32-128 MB (1.06-1.27x; 0.85x at 16 MB) and stays with
+// cuBLAS, as do 128 rows (1.01x) (bench/results/gett_weight_rows_h200.csv).
 const Variant* weight_rows_variant(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
