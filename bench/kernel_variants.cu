@@ -584,8 +584,7 @@ void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& onl
                                      const std::string&) {
     add_gett_choice(candidates, p);
     for (const gett::Variant* v : gett::library_variants())
-      if (v->dtype == p.dtype && std::string(v->name).find("weight_rows") != std::string::npos &&
-          v->why_not(p).empty())
+      if (v->dtype == p.dtype && v->weight_rows_as_m && v->why_not(p).empty())
         candidates.push_back({std::string("gett_") + v->name, gett_run(*v, {}), true});
   };
   for (const Shape& s : shapes) {

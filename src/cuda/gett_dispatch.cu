@@ -61,6 +61,10 @@ std::vector<const Variant*> library_variants() {
           &f16_weight_rows_pingpong_64x64(),      &tf32_weight_rows_pingpong_64x32()};
 }
 
+double weight_tiles_per_sm(const Problem& p) {
+  return static_cast<double>((p.K + 63) / 64) / multiprocessor_count(p.device.index);
+}
+
 namespace {
 // Below this many outputs a 16-bit problem has too few 128x128 tiles to fill the GPU (1M for TF32,
 // whose mid-size problems stay with cuBLAS).
@@ -101,8 +105,7 @@ const Variant* weight_rows_variant(const Problem& p) {
   // 33 to 64 rows in one N tile of 64, unless the weight's tiles are so few (a quarter of the SMs)
   // that two N tiles of 32, each reading the weight's tile, read it faster: (16, 48-64, 128, 2048)
   // 0.96-0.97x the time of 64x64; with 64 or 128 tiles of 64x64 they took 1.01-1.38x.
-  const double weight_tiles = static_cast<double>((p.K + 63) / 64);
-  if (p.B <= 32 || weight_tiles <= 0.25 * multiprocessor_count(p.device.index))
+  if (p.B <= 32 || weight_tiles_per_sm(p) <= 0.25)
     return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
   return f16 ? &f16_weight_rows_pingpong_64x64() : &bf16_weight_rows_pingpong_64x64();
 }
@@ -112,9 +115,7 @@ const Variant* weight_rows_variant(const Problem& p) {
 // tiles of 0.5-2 MB took 1.04-1.81x unfused's time (16-bit and TF32, 24 and 48 rows; 28 tiles at
 // (32, 48, 128, 1792) bfloat16 0.98x); from 32 tiles they won (bench/results/
 // gett_weight_rows_tiles_h200.csv).
-bool too_few_weight_tiles(const Problem& p) {
-  return static_cast<double>((p.K + 63) / 64) < 0.24 * multiprocessor_count(p.device.index);
-}
+bool too_few_weight_tiles(const Problem& p) { return weight_tiles_per_sm(p) < 0.24; }
 
 // Measured on an H200: kernel_variants gett (bench/results/gett_tuning_h200.csv for the large
 // problems, gett_mid_size_h200.csv for the mid-size ones) and the CLI over bench/shapes_mid.txt

@@ -232,7 +232,7 @@ struct Gett {
   }
 
   static Variant variant(const char* name) {
-    return {name, kDType, kTileM, kTileN, kTileK, kClusterM * kClusterN, why_not, workspace_bytes, run};
+    return {name, kDType, kTileM, kTileN, kTileK, kClusterM * kClusterN, kWeightRowsAsM, why_not, workspace_bytes, run};
   }
 };
 

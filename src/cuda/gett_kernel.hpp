@@ -29,6 +29,7 @@ struct Variant {
   DType dtype;  // of x, weight, bias and y
   int tile_m, tile_n, tile_k;
   int cluster_size;
+  bool weight_rows_as_m;  // M is the weight's rows (y^T = W A^T), N x's rows; else the other way round
   std::string (*why_not)(const Problem& p);  // empty when the configuration can run p
   std::size_t (*workspace_bytes)(const Problem& p);
   void (*run)(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning);
@@ -76,8 +77,11 @@ struct Choice {
 Choice choose(const Problem& p);
 // Whether the GETT beats the unfused baseline on p (the dispatcher's rule; measured).
 bool outruns_unfused(const Problem& p);
+// The weight's 64-row tiles per SM: the blocks of a configuration with the weight's rows as M,
+// each reading its tile alone.
+double weight_tiles_per_sm(const Problem& p);
 // Whether the weight has too few 64-row tiles (fewer than about a quarter of the SMs) for the
-// configurations with the weight's rows as M, whose blocks each read one such tile alone.
+// configurations with the weight's rows as M.
 bool too_few_weight_tiles(const Problem& p);
 
 }  // namespace gett
