@@ -781,11 +781,11 @@ TEST_F(CudaTest, WeightStreamDeterministic) {
 
 // The dispatcher sends problems of up to 32 rows to the weight-streaming kernel (where it can
 // read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows,
-// 8 MB with 17 to 32, or 16 MB where the weight has fewer 64-row tiles than about a quarter of
-// the SMs); float32 from 2 MB, up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to 36 MB and
-// exact where the latency kernel declines, with 17 to 32 rows TF32 up to 8 MB and exact at any
-// size; nothing else. Each choice is accurate. Only the 16-MB rule counts SMs: its cases expect
-// the H200's 132.
+// 8 MB with 17 to 32; where the weight has fewer 64-row tiles than about a quarter of the SMs,
+// 16 MB, and 20 MB with up to 28 rows where K/16 is 0.9 of the SMs or more); float32 from 2 MB,
+// up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to 36 MB and exact where the latency kernel
+// declines, with 17 to 32 rows TF32 up to 8 MB and exact at any size; nothing else. Each choice is accurate. Only the rules on the
+// weight's tiles count SMs: their cases expect the H200's 132.
 TEST_F(CudaTest, WeightStreamChoices) {
   struct Expected {
     Case c;
@@ -808,6 +808,14 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{32, 32, 128, 1536}, DType::float16, Layout::head_major, false}, true, {}, true},  // 12 MB, 24 weight tiles
       {{{16, 17, 128, 2112}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 8.3 MB, 33 weight tiles
       {{{64, 24, 128, 1088}, DType::bfloat16, Layout::contiguous, true}, false},           // 17 MB
+      {{{52, 24, 128, 1536}, DType::float16, Layout::head_major, true}, false, {}, true},  // 19.5 MB, 24 tiles
+      {{{40, 28, 128, 1920}, DType::bfloat16, Layout::head_major, true}, true, {}, true},  // 18.75 MB, 30 tiles
+      {{{32, 24, 128, 2048}, DType::bfloat16, Layout::head_major, true}, true, {}, true},  // 16 MB, 32 tiles
+      {{{40, 28, 128, 2048}, DType::float16, Layout::contiguous, false}, true, {}, true},  // 20 MB, 28 rows
+      {{{44, 20, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 22 MB
+      {{{32, 32, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 32 rows, 32 tiles
+      {{{20, 24, 128, 2112}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 10 MB, 33 tiles
+      {{{16, 24, 128, 4096}, DType::float16, Layout::contiguous, true}, false},            // 16 MB, 64 tiles
       {{{26, 32, 128, 512}, DType::float16, Layout::contiguous, true}, true},    // 3.2 MB, 32 rows
       {{{64, 1, 128, 8192}, DType::bfloat16, Layout::contiguous, true}, false},  // 128 MB
       {{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true}, false},     // 14 KB: latency kernel

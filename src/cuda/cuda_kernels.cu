@@ -2,6 +2,7 @@
 #include <array>
 
 #include "core/kernel_registry.hpp"
+#include "cuda/device_info.hpp"
 #include "cuda/gett_kernel.hpp"
 #include "cuda/latency_kernel.hpp"
 #include "cuda/mma_gemm_kernel.hpp"
@@ -60,12 +61,12 @@ const std::array<KernelEntry, 6> kKernels{{
 std::span<const KernelEntry> kernels() { return kKernels; }
 
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): problems of up to 16 rows
-// against a weight of 1 to 64-72 MB (16-bit; to 8 MB with 17 to 32 rows; float32 by its own
-// rule) go to the weight-streaming kernel; the latency kernel wins while the work is small;
-// exact float32 beyond about a million outputs goes to the 3xTF32 tensor-core kernel; 16-bit
-// problems beyond the latency kernel's reach and TF32 ones that fill the GPU go to the Hopper
-// GETT where it wins (gett::outruns_unfused); elsewhere, and wherever cuBLAS outruns the fused
-// kernels, the unfused baseline runs: never lose to it.
+// against a weight of 1 to 64-72 MB (16-bit; to 8 MB with 17 to 32 rows, to 16-20 MB where the
+// weight has few rows; float32 by its own rule) go to the weight-streaming kernel; the latency
+// kernel wins while the work is small; exact float32 beyond about a million outputs goes to the
+// 3xTF32 tensor-core kernel; 16-bit problems beyond the latency kernel's reach and TF32 ones that
+// fill the GPU go to the Hopper GETT where it wins (gett::outruns_unfused); elsewhere, and
+// wherever cuBLAS outruns the fused kernels, the unfused baseline runs: never lose to it.
 const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   if (std::string why = simt_gemm_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "x", why);
   const bool exact_float32 = p.dtype == DType::float32 && options.fp32_precision == Fp32Precision::ieee;
@@ -83,12 +84,20 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // and than the latency kernel; at 128 MB cuBLAS streams faster (0.90-0.93x). Up to 8 rows to
   // 72 MB; with 9 to 16 to 64 MB (at 72 MB, 1.04x unfused's time as a programmatic launch); with
   // 17 to 32 to 8 MB (0.65-0.97x unfused's time; from 32 MB 1.07-1.59x), and to 16 MB where the
-  // weight's rows are too few for the GETT with them as M (0.93-0.97x). bench/results/:
-  // weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv, weight_stream_rows_h200.csv,
-  // gett_weight_rows_tiles_h200.csv.
+  // weight's rows are too few for the GETT with them as M (0.93-0.97x). With 17 to 28 rows to
+  // 20 MB where the kernel's tiles make one nearly full round of blocks (0.9 of the SMs or more)
+  // and the GETT's 64-row tiles are fewer than a quarter of the SMs (K = 1,889-2,048 on the H200):
+  // at 10-20 MB 0.87-1.005x the GETT's time with 32 of its tiles (32 rows 0.97-1.03x; from 64
+  // tiles 1.02-1.50x), 0.92-0.96x unfused's with 30-31; with fewer tiles 0.97-1.15x unfused's
+  // from 16 MB. bench/results/: weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv,
+  // weight_stream_rows_h200.csv, gett_weight_rows_tiles_h200.csv, weight_stream_rows_20mb_h200.csv.
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
   const bool streamable = p.B <= kWeightStreamMaxRows && weight_bytes >= MiB && weight_stream_why_not(p).empty();
-  const double sixteen_bit_limit = (p.B <= 8 ? 72 : p.B <= 16 ? 64 : gett::too_few_weight_tiles(p) ? 16 : 8) * MiB;
+  const double stream_tiles = static_cast<double>((p.K + kWeightStreamTileOutputs - 1) / kWeightStreamTileOutputs);
+  const bool one_full_round =
+      stream_tiles >= 0.9 * multiprocessor_count(p.device.index) && gett::weight_tiles_per_sm(p) < 0.25;
+  const double many_rows_limit = p.B <= 28 && one_full_round ? 20 : gett::too_few_weight_tiles(p) ? 16 : 8;
+  const double sixteen_bit_limit = (p.B <= 8 ? 72 : p.B <= 16 ? 64 : many_rows_limit) * MiB;
   if (streamable && sixteen_bit && weight_bytes <= sixteen_bit_limit) return kKernels[kWeightStream];
   // float32 (exact as 3xTF32, or TF32), measured against the better of the latency kernel and
   // unfused (bench/results/weight_stream_pdl_h200.csv): up to 8 rows against 2-128 MB, 0.67-1.01x

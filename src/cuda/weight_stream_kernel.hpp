@@ -12,6 +12,8 @@ namespace gather_linear::cuda {
 
 // Rows of x one launch serves: every block multiplies all of them by its rows of the weight.
 inline constexpr std::int64_t kWeightStreamMaxRows = 32;
+// Outputs per tile (the mma's 16 rows): one block, or one cluster, per tile.
+inline constexpr std::int64_t kWeightStreamTileOutputs = 16;
 
 // When the next kernel in the stream may launch: right after the wait for the previous one, or
 // once the weight has been streamed; by_rows takes the measured choice for the row count.
