@@ -784,8 +784,8 @@ TEST_F(CudaTest, WeightStreamDeterministic) {
 // 8 MB with 17 to 32; where the weight has fewer 64-row tiles than about a quarter of the SMs,
 // 16 MB, and 20 MB with up to 28 rows where K/16 is 0.9 of the SMs or more); float32 from 2 MB,
 // up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to 36 MB and exact where the latency kernel
-// declines, with 17 to 32 rows TF32 up to 8 MB and exact at any size; nothing else. Each choice is accurate. Only the rules on the
-// weight's tiles count SMs: their cases expect the H200's 132.
+// declines, with 17 to 32 rows TF32 up to 8 MB and exact at any size; nothing else. Each choice
+// is accurate. Only the rules on the weight's tiles count SMs: their cases expect the H200's 132.
 TEST_F(CudaTest, WeightStreamChoices) {
   struct Expected {
     Case c;
