@@ -580,12 +580,33 @@ void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& onl
                                {64, 48, 128, 1024}, {16, 64, 128, 2560}, {64, 24, 128, 1024}, {48, 48, 128, 1536},
                                {32, 24, 128, 1536}, {32, 48, 128, 1792}};
   if (only) shapes = {*only};
-  const auto add_configurations = [](std::vector<Candidate>& candidates, const Problem& p, Fp32Precision,
-                                     const std::string&) {
+  // The partial sums of configurations that split the reduction: up to 16 parts of 64 x 8192.
+  Workspace scratch{nullptr, std::size_t{64} << 20};
+  check(cudaMalloc(&scratch.data, scratch.bytes), "cudaMalloc");
+  const auto add_configurations = [&](std::vector<Candidate>& candidates, const Problem& p, Fp32Precision,
+                                      const std::string&) {
     add_gett_choice(candidates, p);
-    for (const gett::Variant* v : gett::library_variants())
-      if (v->dtype == p.dtype && v->weight_rows_as_m && v->why_not(p).empty())
+    for (const gett::Variant* v : gett::library_variants()) {
+      if (v->dtype != p.dtype || !v->weight_rows_as_m || !v->why_not(p).empty()) continue;
+      if (!v->splits_reduction) {
         candidates.push_back({std::string("gett_") + v->name, gett_run(*v, {}), true});
+        continue;
+      }
+      // Its own count of parts, then every other count up to two waves of blocks.
+      const int own = gett::reduction_splits(p, v->tile_n, v->tile_k);
+      const std::int64_t tiles = (p.K + 63) / 64 * ((p.B + v->tile_n - 1) / v->tile_n);
+      for (int splits : {0, 2, 3, 4, 6, 8, 12, 16}) {
+        if (splits == own || (splits > 0 && (!gett::can_split_reduction(p, splits, v->tile_k) ||
+                                             tiles * splits > 2 * cuda::multiprocessor_count(0))))
+          continue;
+        const gett::Tuning tuning{.reduction_splits = splits};
+        candidates.push_back({std::string("gett_") + v->name + "_s" + std::to_string(splits > 0 ? splits : own),
+                              [v, scratch, tuning](const Problem& q, cudaStream_t st) {
+                                v->run(q, scratch, st, tuning);
+                              },
+                              true});
+      }
+    }
   };
   for (const Shape& s : shapes) {
     if (s.K == 4096)
@@ -593,6 +614,7 @@ void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& onl
     else
       compare_decode_modes(s, stream, add_configurations, {kBf16, kTf32});
   }
+  cudaFree(scratch.data);
 }
 
 // Host microseconds per call (median, the GPU never waited on): the device-pointer checks alone,

@@ -4,19 +4,24 @@
 #   gather_linear_gett_sources(<out-var> <template> <spec>...)
 #
 # A spec is "name dtype tile_m tile_n tile_k cluster_m cluster_n schedule [epilogue_m epilogue_n]
-# [weight_rows]" (dtype: a gather_linear::DType enumerator; schedule: cooperative or pingpong; no
-# epilogue fields, or 0 0: CUTLASS picks the epilogue sub-tile; weight_rows: the weight's rows are
-# the GEMM's M mode). The template sees @NAME@, @DTYPE@, @TILE_M@, @TILE_N@, @TILE_K@,
-# @CLUSTER_M@, @CLUSTER_N@, @SCHEDULE@, @EPILOGUE_M@, @EPILOGUE_N@ and @WEIGHT_ROWS_AS_M@ (true or
-# false); the units land in <current binary dir>/generated/gett_<name>.cu.
+# [weight_rows | weight_rows_split]" (dtype: a gather_linear::DType enumerator; schedule:
+# cooperative or pingpong; no epilogue fields, or 0 0: CUTLASS picks the epilogue sub-tile;
+# weight_rows: the weight's rows are the GEMM's M mode; weight_rows_split: that, with the reduction
+# split into parts summed afterwards). The template sees @NAME@, @DTYPE@, @TILE_M@, @TILE_N@,
+# @TILE_K@, @CLUSTER_M@, @CLUSTER_N@, @SCHEDULE@, @EPILOGUE_M@, @EPILOGUE_N@, @WEIGHT_ROWS_AS_M@ and
+# @SPLIT_REDUCTION@ (true or false); the units land in <current binary dir>/generated/gett_<name>.cu.
 function(gather_linear_gett_sources out_var template)
   set(sources)
   foreach(spec IN LISTS ARGN)
     string(REPLACE " " ";" fields "${spec}")
     set(WEIGHT_ROWS_AS_M false)
+    set(SPLIT_REDUCTION false)
     list(GET fields -1 last_field)
-    if(last_field STREQUAL "weight_rows")
+    if(last_field STREQUAL "weight_rows" OR last_field STREQUAL "weight_rows_split")
       set(WEIGHT_ROWS_AS_M true)
+      if(last_field STREQUAL "weight_rows_split")
+        set(SPLIT_REDUCTION true)
+      endif()
       list(REMOVE_AT fields -1)
     endif()
     list(LENGTH fields field_count)

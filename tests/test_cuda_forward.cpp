@@ -534,11 +534,20 @@ const Shape kGettShapes[] = {
     {3, 100, 24, 64},  {2, 64, 4, 64},      {2, 64, 100, 64},   {2, 64, 64, 100},   {1, 1, 1, 1},
 };
 
+// Runs one GETT configuration directly on the default stream, with the workspace it asks for (a
+// split reduction's partial sums), and waits for it.
+void run_gett_variant(const cuda::gett::Variant& variant, const DeviceOperands& d, cuda::gett::Tuning tuning = {}) {
+  const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+  // The workspace asked for covers the configuration's own count of parts; room for the count
+  // asked for on top.
+  DeviceBuffer workspace(variant.workspace_bytes(p) + cuda::gett::partial_sums_bytes(p, tuning.reduction_splits));
+  variant.run(p, {workspace.data(), workspace.bytes()}, nullptr, tuning);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("GETT run failed");
+}
+
 // The same for one GETT configuration run directly (the same operands as cuda_error_of's).
-double gett_variant_error(const Case& c, const cuda::gett::Variant& variant) {
-  return error_of_run(c, 1234, variant.name, [&](const DeviceOperands& d) {
-    variant.run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr, {});
-  });
+double gett_variant_error(const Case& c, const cuda::gett::Variant& variant, cuda::gett::Tuning tuning = {}) {
+  return error_of_run(c, 1234, variant.name, [&](const DeviceOperands& d) { run_gett_variant(variant, d, tuning); });
 }
 
 // Every configuration the library ships, forced on every shape and layout: it either refuses
@@ -578,9 +587,7 @@ TEST_F(CudaTest, GettSchedulerTuningKeepsResults) {
     const auto y_with = [&](cuda::gett::Tuning tuning) {
       Operands o = make_operands(c, 1234);
       DeviceOperands d(o);
-      variant->run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr,
-                   tuning);
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      run_gett_variant(*variant, d, tuning);
       d.y.download(o.y);
       return o.y.storage;
     };
@@ -589,6 +596,49 @@ TEST_F(CudaTest, GettSchedulerTuningKeepsResults) {
       for (cuda::gett::Raster raster : {cuda::gett::Raster::along_m, cuda::gett::Raster::along_n})
         EXPECT_EQ(y_with({swizzle, raster}), plain)
             << variant->name << ": swizzle " << swizzle << ", raster " << static_cast<int>(raster);
+  }
+}
+
+// A split reduction is as accurate for every count of parts it takes (1 to R, each part whole K
+// tiles of R's slices: H = 32 under a 64-deep tile pairs slices), and refuses the other counts,
+// and a workspace too small for the partial sums, before anything reaches y.
+TEST_F(CudaTest, GettSplitReductionEveryCount) {
+  if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  const Shape shapes[] = {{12, 40, 64, 520}, {16, 17, 32, 1000}, {6, 64, 128, 256}};
+  for (const cuda::gett::Variant* variant : cuda::gett::library_variants()) {
+    if (!variant->splits_reduction) continue;
+    const Fp32Precision precision = variant->dtype == DType::float32 ? Fp32Precision::tf32 : Fp32Precision::ieee;
+    for (const Shape& shape : shapes)
+      for (bool bias : {true, false}) {
+        const Case c{shape, variant->dtype, Layout::head_major, bias};
+        const double baseline = cuda_error_of(c, options_for(kBaseline, precision));
+        const double limit = 2 * baseline + rounding_unit(c.dtype, precision);
+        for (int splits = 1; splits <= shape.R; ++splits) {
+          Operands o = make_operands(c, 1);
+          DeviceOperands d(o);
+          const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+          const std::string label = std::string(variant->name) + " in " + std::to_string(splits) + " parts";
+          if (!cuda::gett::can_split_reduction(p, splits, variant->tile_k)) {
+            expect_library_error([&] { run_gett_variant(*variant, d, {.reduction_splits = splits}); },
+                                 "tuning.reduction_splits", "cannot split this reduction", ErrorCode::invalid_argument);
+            continue;
+          }
+          const double err = gett_variant_error(c, *variant, {.reduction_splits = splits});
+          ASSERT_FALSE(std::isnan(err)) << c << " " << label << ": NaN left in y";
+          EXPECT_LE(err, limit) << c << " " << label;
+        }
+        Operands o = make_operands(c, 1);
+        DeviceOperands d(o);
+        const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+        DeviceBuffer short_workspace(variant->workspace_bytes(p) - 4);
+        expect_library_error(
+            [&] { variant->run(p, {short_workspace.data(), short_workspace.bytes()}, nullptr, {}); }, "workspace",
+            "for the partial sums", ErrorCode::invalid_argument);
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        d.y.download(o.y);
+        for (std::size_t i = 0; i < o.y.elements(); ++i)
+          ASSERT_TRUE(std::isnan(o.y.get(i))) << c << " " << variant->name << ": wrote y without a workspace";
+      }
   }
 }
 
@@ -648,7 +698,10 @@ TEST_F(CudaTest, GettMidSizeChoices) {
 
 // 17 to 64 rows (TF32: 32) against 8 to 128 MB of weight (TF32: 256 MB) that the weight-streaming
 // kernel leaves run on the GETT with the weight's rows as M: x's rows in one N tile of 32 or 64
-// (two of 32 where the weight has 33 or fewer 64-row tiles; none where it has fewer than 32).
+// (two of 32 where the weight has 33 or fewer 64-row tiles). Where it has fewer than 32 (and at
+// least 8), from 8 MB (16-bit with 33 to 64 rows: from 4 MB in 8 parts or more) to 64 MB (TF32:
+// 128 MB) the reduction is split (TF32 with 33 to 64 rows: to 128 MB in 8 parts or more, to 32 MB
+// in 4, to 16 MB in 2).
 // Partial tiles in both modes, a slice width the GETT refuses, and the limits on either side. The
 // expected choices are the H200's; through the dispatcher each shape is accurate.
 TEST_F(CudaTest, GettWeightRowsChoices) {
@@ -673,8 +726,23 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
       {{{16, 32, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 8 MB: weight-streaming
       {{{32, 16, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 16 rows: weight-streaming
       {{{32, 65, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 65 rows
-      {{{64, 48, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 16 weight tiles
-      {{{64, 24, 128, 1024}, DType::float32, Layout::head_major, true}, nullptr, tf32},  // 16 weight tiles
+      // Fewer than 32 weight tiles: the reduction split.
+      {{{64, 48, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_split_pingpong_64x64"},
+      {{{48, 40, 128, 1536}, DType::float16, Layout::head_major, false}, "f16_weight_rows_split_pingpong_64x64"},
+      {{{128, 20, 128, 512}, DType::float16, Layout::head_major, true}, "f16_weight_rows_split_pingpong_64x32"},
+      {{{40, 28, 128, 1920}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_split_pingpong_64x32"},
+      {{{32, 48, 128, 520}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_split_pingpong_64x64"},
+      {{{64, 24, 128, 1024}, DType::float32, Layout::head_major, true}, "tf32_weight_rows_split_pingpong_64x32", tf32},
+      {{{512, 48, 128, 512}, DType::float32, Layout::contiguous, true}, "tf32_weight_rows_split_pingpong_64x32", tf32},
+      {{{16, 48, 128, 1984}, DType::float32, Layout::head_major, true}, "tf32_weight_rows_split_pingpong_64x32", tf32},
+      {{{24, 64, 128, 1536}, DType::float32, Layout::contiguous, true}, nullptr, tf32},  // 18 MB in 2 parts
+      {{{16, 48, 128, 1984}, DType::float16, Layout::contiguous, true}, nullptr},  // 7.75 MB in 4 parts
+      {{{16, 32, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, nullptr}, // 4 MB: weight-streaming
+      {{{512, 32, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, nullptr},      // 128 MB
+      {{{256, 64, 128, 1024}, DType::float32, Layout::contiguous, true}, nullptr, tf32}, // 128 MB in 4 parts
+      {{{64, 32, 128, 256}, DType::float32, Layout::contiguous, true}, nullptr, tf32},   // 4 weight tiles
+      {{{128, 32, 32, 1024}, DType::bfloat16, Layout::contiguous, true}, nullptr},       // H = 32
+      {{{64, 24, 128, 1024}, DType::float32, Layout::head_major, true}, nullptr},        // exact float32
       {{{64, 32, 128, 16384}, DType::bfloat16, Layout::contiguous, true}, nullptr},  // 256 MB
       {{{32, 24, 72, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},    // H = 72: partial K tiles
       {{{32, 48, 128, 4096}, DType::float32, Layout::contiguous, true}, nullptr, tf32},  // TF32, 48 rows
@@ -784,8 +852,10 @@ TEST_F(CudaTest, WeightStreamDeterministic) {
 // 8 MB with 17 to 32; where the weight has fewer 64-row tiles than about a quarter of the SMs,
 // 16 MB, and 20 MB with up to 28 rows where K/16 is 0.9 of the SMs or more); float32 from 2 MB,
 // up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to 36 MB and exact where the latency kernel
-// declines, with 17 to 32 rows TF32 up to 8 MB and exact at any size; nothing else. Each choice
-// is accurate. Only the rules on the weight's tiles count SMs: their cases expect the H200's 132.
+// declines, with 17 to 32 rows TF32 up to 8 MB and exact at any size; nothing else, and nothing
+// the GETT takes with its reduction split (17 rows or more from 8 MB where the weight has 8 to 31
+// tiles). Each choice is accurate. Only the rules on the weight's tiles count SMs: their cases
+// expect the H200's 132.
 TEST_F(CudaTest, WeightStreamChoices) {
   struct Expected {
     Case c;
@@ -804,12 +874,13 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{48, 16, 128, 6144}, DType::float16, Layout::contiguous, true}, false},  // 72 MB, 16 rows
       {{{16, 17, 128, 2048}, DType::bfloat16, Layout::head_major, true}, true},  // 8 MB, 17 rows
       {{{16, 17, 128, 4096}, DType::bfloat16, Layout::head_major, true}, false}, // 16 MB, 17 rows
-      {{{64, 24, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, true, {}, true},  // 16 MB, 16 weight tiles
-      {{{32, 32, 128, 1536}, DType::float16, Layout::head_major, false}, true, {}, true},  // 12 MB, 24 weight tiles
+      {{{16, 24, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, true, {}, true},  // 4 MB, 16 weight tiles
+      {{{64, 24, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 16 MB: GETT, split
+      {{{32, 32, 128, 1536}, DType::float16, Layout::head_major, false}, false, {}, true}, // 12 MB: GETT, split
       {{{16, 17, 128, 2112}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 8.3 MB, 33 weight tiles
       {{{64, 24, 128, 1088}, DType::bfloat16, Layout::contiguous, true}, false},           // 17 MB
       {{{52, 24, 128, 1536}, DType::float16, Layout::head_major, true}, false, {}, true},  // 19.5 MB, 24 tiles
-      {{{40, 28, 128, 1920}, DType::bfloat16, Layout::head_major, true}, true, {}, true},  // 18.75 MB, 30 tiles
+      {{{40, 28, 128, 1920}, DType::bfloat16, Layout::head_major, true}, false, {}, true}, // 18.75 MB: GETT, split
       {{{32, 24, 128, 2048}, DType::bfloat16, Layout::head_major, true}, true, {}, true},  // 16 MB, 32 tiles
       {{{40, 28, 128, 2048}, DType::float16, Layout::contiguous, false}, true, {}, true},  // 20 MB, 28 rows
       {{{44, 20, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 22 MB
@@ -840,6 +911,7 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{16, 32, 128, 2048}, DType::float32, Layout::contiguous, true}, false, tf32},  // TF32, 16 MB
       {{{8, 32, 128, 1024}, DType::float32, Layout::head_major, true}, true, tf32},    // TF32, 4 MB
       {{{64, 32, 128, 256}, DType::float32, Layout::head_major, true}, true, tf32},    // TF32, 8 MB, split
+      {{{32, 32, 128, 512}, DType::float32, Layout::head_major, true}, false, tf32},   // TF32, 8 MB: GETT, split
       {{{16, 33, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, false},       // 33 rows
   };
   for (const Expected& e : cases) {
@@ -867,8 +939,7 @@ TEST_F(CudaTest, GettTf32RoundsOperandsToNearest) {
     for (std::size_t i = 0; i < o.x.elements(); ++i) o.x.set(i, v);
     for (std::size_t i = 0; i < o.weight.elements(); ++i) o.weight.set(i, v);
     DeviceOperands d(o);
-    variant->run(validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view()), {}, nullptr, {});
-    CUDA_ASSERT(cudaDeviceSynchronize());
+    run_gett_variant(*variant, d);
     d.y.download(o.y);
     double worst = 0;
     for (std::int64_t b = 0; b < c.shape.B; ++b)

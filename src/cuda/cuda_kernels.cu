@@ -91,8 +91,14 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // tiles 1.02-1.50x), 0.92-0.96x unfused's with 30-31; with fewer tiles 0.97-1.15x unfused's
   // from 16 MB. bench/results/: weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv,
   // weight_stream_rows_h200.csv, gett_weight_rows_tiles_h200.csv, weight_stream_rows_20mb_h200.csv.
+  // Where the GETT splits its reduction (17 rows or more against 8 MB or more where its tiles are
+  // too few; gett::takes_split_reduction), that wins instead: 0.46-0.99x this kernel's time
+  // (bench/results/gett_split_reduction_h200.csv).
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
-  const bool streamable = p.B <= kWeightStreamMaxRows && weight_bytes >= MiB && weight_stream_why_not(p).empty();
+  const bool gett_splits = !exact_float32 && gett::takes_split_reduction(p) &&
+                           gett_why_not(p, options.fp32_precision).empty();
+  const bool streamable = p.B <= kWeightStreamMaxRows && weight_bytes >= MiB && !gett_splits &&
+                          weight_stream_why_not(p).empty();
   const double stream_tiles = static_cast<double>((p.K + kWeightStreamTileOutputs - 1) / kWeightStreamTileOutputs);
   const bool one_full_round =
       stream_tiles >= 0.9 * multiprocessor_count(p.device.index) && gett::weight_tiles_per_sm(p) < 0.25;

@@ -58,7 +58,34 @@ std::vector<const Variant*> library_variants() {
           &tf32_pingpong_128x128(),               &tf32_cooperative_128x256(),
           &tf32_cooperative_128x128(),            &bf16_weight_rows_pingpong_64x32(),
           &f16_weight_rows_pingpong_64x32(),      &bf16_weight_rows_pingpong_64x64(),
-          &f16_weight_rows_pingpong_64x64(),      &tf32_weight_rows_pingpong_64x32()};
+          &f16_weight_rows_pingpong_64x64(),      &tf32_weight_rows_pingpong_64x32(),
+          &bf16_weight_rows_split_pingpong_64x32(), &f16_weight_rows_split_pingpong_64x32(),
+          &bf16_weight_rows_split_pingpong_64x64(), &f16_weight_rows_split_pingpong_64x64(),
+          &tf32_weight_rows_split_pingpong_64x32()};
+}
+
+bool can_split_reduction(const Problem& p, int splits, int tile_k) {
+  if (splits == 1) return true;
+  if (splits < 1 || p.R % splits != 0) return false;
+  // Parts of whole K tiles: where a K tile spans several slices (H a divisor of tile_k, below
+  // it), a part of fewer slices would leave part of its last tile empty.
+  return p.H % tile_k == 0 || (p.R / splits) % (tile_k / p.H) == 0;
+}
+
+int reduction_splits(const Problem& p, int tile_n, int tile_k) {
+  constexpr int kMostSplits = 16;
+  const std::int64_t sms = multiprocessor_count(p.device.index);
+  const std::int64_t tiles = (p.K + 63) / 64 * ((p.B + tile_n - 1) / tile_n);
+  // The most parts that still fit every block in one wave.
+  int best = 1;
+  for (int splits = 2; splits <= kMostSplits && tiles * splits <= sms; ++splits)
+    if (can_split_reduction(p, splits, tile_k)) best = splits;
+  return best;
+}
+
+std::size_t partial_sums_bytes(const Problem& p, int splits) {
+  return static_cast<std::size_t>(splits) * static_cast<std::size_t>(p.B) * static_cast<std::size_t>(p.K) *
+         sizeof(float);
 }
 
 double weight_tiles_per_sm(const Problem& p) {
@@ -109,7 +136,41 @@ const Variant* weight_rows_variant(const Problem& p) {
     return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
   return f16 ? &f16_weight_rows_pingpong_64x64() : &bf16_weight_rows_pingpong_64x64();
 }
+
+// 17 to 64 rows of x against a weight with too few 64-row tiles for the SMs (too_few_weight_tiles:
+// K up to 2,024 on the H200; from 8 tiles, the fewest measured): the same tiles, the reduction
+// split into reduction_splits' parts so that its blocks fill a wave. Against unfused, weights of
+// 4 to 128 MB at K = 512-1,984 (bench/results/gett_split_reduction_h200.csv): 16-bit from 8 MB,
+// 0.81-0.96x its time with up to 32 rows, and 0.77-0.93x with 33 to 64 rows from 8 MB, or from
+// 4 MB in 8 parts or more (in 4 parts below 8 MB 0.93-1.02x); measured to 64 MB. It also outruns
+// the weight-streaming kernel above 8 MB (0.46-0.99x its time); at 8 MB it won five shapes of
+// seven (0.80-0.95x; 1.04-1.06x with 17-20 rows at K = 1,024). TF32 with up to 32 rows from 8 MB
+// (below, the weight-streaming kernel) to 128 MB: 0.70-0.87x unfused's time; with 33 to 64 rows
+// 0.72-0.98x in 8 parts or more, in 4 up to 32 MB, in 2 up to 16 MB (in 4 parts at 64 MB
+// 0.98-1.015x, in 2 from 18 MB 0.93-1.05x).
+const Variant* split_reduction_variant(const Problem& p) {
+  const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
+  if (p.B < 17 || p.B > 64 || (p.K + 63) / 64 < 8 || !too_few_weight_tiles(p) || p.H % (tf32 ? 32 : 64) != 0)
+    return nullptr;
+  const bool wide = p.B > 32;  // two N tiles of 32 for TF32, one of 64 for 16-bit
+  const Variant& narrow_tiles = f16 ? f16_weight_rows_split_pingpong_64x32() : bf16_weight_rows_split_pingpong_64x32();
+  const Variant& wide_tiles = f16 ? f16_weight_rows_split_pingpong_64x64() : bf16_weight_rows_split_pingpong_64x64();
+  const Variant& variant = tf32 ? tf32_weight_rows_split_pingpong_64x32() : wide ? wide_tiles : narrow_tiles;
+  const int splits = reduction_splits(p, variant.tile_n, variant.tile_k);
+  const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
+  if (splits < 2) return nullptr;
+  if (tf32) {
+    if (weight_bytes < 8 * MiB || weight_bytes > 128 * MiB) return nullptr;
+    if (wide && weight_bytes > (splits >= 8 ? 128 : splits >= 4 ? 32 : 16) * MiB) return nullptr;
+  } else {
+    const double least = wide && splits >= 8 ? 4 * MiB : 8 * MiB;
+    if (weight_bytes < least || weight_bytes > 64 * MiB) return nullptr;
+  }
+  return &variant;
+}
 }  // namespace
+
+bool takes_split_reduction(const Problem& p) { return split_reduction_variant(p) != nullptr; }
 
 // Each block reads its 64 rows of the weight alone, so with few of them each takes long: 16 or 24
 // tiles of 0.5-2 MB took 1.04-1.81x unfused's time (16-bit and TF32, 24 and 48 rows; 28 tiles at
@@ -121,6 +182,7 @@ bool too_few_weight_tiles(const Problem& p) { return weight_tiles_per_sm(p) < 0.
 // problems, gett_mid_size_h200.csv for the mid-size ones) and the CLI over bench/shapes_mid.txt
 // (sweep_mid_h200.csv).
 Choice choose(const Problem& p) {
+  if (const Variant* split = split_reduction_variant(p)) return {split, {}};
   if (const Variant* few_rows = weight_rows_variant(p)) return {few_rows, {}};
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
   const double sms = multiprocessor_count(p.device.index);
@@ -163,7 +225,7 @@ bool outruns_unfused(const Problem& p) {
   const bool tf32 = p.dtype == DType::float32;
   const std::int64_t tile_k = tf32 ? 32 : 64;
   if (p.H % tile_k != 0) return false;
-  if (weight_rows_variant(p) != nullptr) return true;
+  if (split_reduction_variant(p) != nullptr || weight_rows_variant(p) != nullptr) return true;
   const double outputs = static_cast<double>(p.outputs());
   // Below a million TF32 outputs cuBLAS's small-problem kernels behind the concatenation win.
   if (tf32) return outputs >= kMidSizeOutputsTf32;

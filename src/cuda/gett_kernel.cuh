@@ -4,7 +4,9 @@
 // CuTe takes that nested stride as it is, so the TMA unit reads x's slices in place (a box over h,
 // b and, when a K tile spans slices, r) and the mainloop never sees a concatenation. W's K mode is
 // the same (H, R) : (1, H) under its row stride. Bias is added in the epilogue. Either operand
-// may be the GEMM's A (M mode): x's rows by default, the weight's rows for a few rows of x.
+// may be the GEMM's A (M mode): x's rows by default, the weight's rows for a few rows of x. With
+// the weight's rows as M the reduction may also be split: parts of R's slices as the GEMM's batch
+// mode, each writing float32 partial sums, which a second kernel adds into y with the bias.
 //
 // Included only by the one-configuration translation units (gett_*.cu, compiled for sm_90a alone)
 // and by the benchmark's extra configurations.
@@ -48,11 +50,14 @@ template <> struct Elements<DType::float32> { using Input = float; using Output 
 // kWeightRowsAsM: the GEMM's M mode is the weight's rows and N x's (y^T = W A^T, y stored
 // column-major as y^T), for a few rows of x: 64-row tiles of W then spread the weight over the
 // SMs while a narrow N tile (32 or 64) covers all of x's rows.
+// kSplitReduction (with kWeightRowsAsM): the GEMM's output is float32 partial sums in the
+// workspace, one batch per part of R's slices (gett::reduction_splits), added into y afterwards.
 template <DType kDType, int kTileM, int kTileN, int kTileK, int kClusterM, int kClusterN, Schedule kSchedule,
-          int kEpilogueM = 0, int kEpilogueN = 0, bool kWeightRowsAsM = false>
+          int kEpilogueM = 0, int kEpilogueN = 0, bool kWeightRowsAsM = false, bool kSplitReduction = false>
 struct Gett {
+  static_assert(!kSplitReduction || kWeightRowsAsM, "the reduction is split only with the weight's rows as M");
   using Input = typename Elements<kDType>::Input;
-  using Output = typename Elements<kDType>::Output;
+  using Output = std::conditional_t<kSplitReduction, float, typename Elements<kDType>::Output>;
   using Accumulator = float;
   static constexpr int kInputAlignment = 16 / sizeof(Input);  // elements per 16-byte TMA granule
   static constexpr int kOutputAlignment = 16 / sizeof(Output);
@@ -81,10 +86,14 @@ struct Gett {
                                              cute::Shape<cute::Int<kEpilogueM>, cute::Int<kEpilogueN>>,
                                              cutlass::epilogue::collective::EpilogueTileAuto>;
 
-  // D = alpha * acc + bias[n] (no C operand); a null bias reads as zeros.
-  using Fusion = std::conditional_t<
-      kWeightRowsAsM, cutlass::epilogue::fusion::LinCombPerRowBias<Output, Accumulator, Output, Output, Accumulator>,
-      cutlass::epilogue::fusion::LinCombPerColBias<Output, Accumulator, Output, Output, Accumulator>>;
+  // D = alpha * acc + bias[n] (no C operand); a null bias reads as zeros. Partial sums have no
+  // bias: add_partial_sums adds it once.
+  using PartialSumsFusion = cutlass::epilogue::fusion::LinearCombination<Output, Accumulator, Output, Accumulator>;
+  using RowBiasFusion = cutlass::epilogue::fusion::LinCombPerRowBias<Output, Accumulator, Output, Output, Accumulator>;
+  using ColumnBiasFusion =
+      cutlass::epilogue::fusion::LinCombPerColBias<Output, Accumulator, Output, Output, Accumulator>;
+  using Fusion = std::conditional_t<kSplitReduction, PartialSumsFusion,
+                                    std::conditional_t<kWeightRowsAsM, RowBiasFusion, ColumnBiasFusion>>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, BlockTile, Cluster,
       EpilogueSubtile, Accumulator, Accumulator, void, StrideD, kOutputAlignment,
@@ -97,14 +106,28 @@ struct Gett {
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Arguments = typename Kernel::Arguments;
 
-  static Arguments arguments(const Problem& problem, Tuning tuning) {
+  // The number of parts the reduction is split into (1 without kSplitReduction).
+  static int splits_for(const Problem& p, Tuning tuning) {
+    if constexpr (!kSplitReduction) return 1;
+    return tuning.reduction_splits > 0 ? tuning.reduction_splits : reduction_splits(p, kTileN, kTileK);
+  }
+
+  // partials: where the parts' sums go (kSplitReduction only).
+  static Arguments arguments(const Problem& problem, Tuning tuning, float* partials = nullptr) {
     const Problem p = with_canonical_unit_strides(problem);
-    const auto hr = cute::make_shape(static_cast<int>(p.H), static_cast<int>(p.R));
-    const StrideA stride_x{p.x_stride_b, cute::make_stride(cute::_1{}, p.x_stride_r), 0};
-    const StrideB stride_w{p.weight_stride_k, cute::make_stride(cute::_1{}, p.H), 0};
+    const int splits = splits_for(p, tuning);
+    const std::int64_t slices = p.R / splits;  // R's slices in each part (the batch mode)
+    const auto hr = cute::make_shape(static_cast<int>(p.H), static_cast<int>(slices));
+    const StrideA stride_x{p.x_stride_b, cute::make_stride(cute::_1{}, p.x_stride_r), slices * p.x_stride_r};
+    const StrideB stride_w{p.weight_stride_k, cute::make_stride(cute::_1{}, p.H), slices * p.H};
     Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    if constexpr (kWeightRowsAsM) {
+    args.mode = splits > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm;
+    if constexpr (kSplitReduction) {
+      const StrideD stride_partials{cute::_1{}, p.K, p.K * p.B};
+      args.problem_shape = ProblemShape{static_cast<int>(p.K), static_cast<int>(p.B), hr, splits};
+      args.mainloop = {static_cast<const Input*>(p.weight), stride_w, static_cast<const Input*>(p.x), stride_x};
+      args.epilogue = {{}, nullptr, stride_partials, partials, stride_partials};
+    } else if constexpr (kWeightRowsAsM) {
       const StrideD stride_y{cute::_1{}, p.y_stride_b, 0};
       args.problem_shape = ProblemShape{static_cast<int>(p.K), static_cast<int>(p.B), hr, 1};
       args.mainloop = {static_cast<const Input*>(p.weight), stride_w, static_cast<const Input*>(p.x), stride_x};
@@ -117,7 +140,7 @@ struct Gett {
     }
     args.epilogue.thread.alpha = 1.f;
     args.epilogue.thread.beta = 0.f;
-    args.epilogue.thread.bias_ptr = static_cast<const Output*>(p.bias);
+    if constexpr (!kSplitReduction) args.epilogue.thread.bias_ptr = static_cast<const Output*>(p.bias);
     args.hw_info.device_id = p.device.index;
     args.hw_info.sm_count = multiprocessor_count(p.device.index);
     args.scheduler.max_swizzle_size = tuning.max_swizzle;
@@ -134,16 +157,25 @@ struct Gett {
   // tile order the call asks for), so it is worked out once per problem and kept for the last few
   // problems on this thread: one forward builds CUTLASS's parameters once, and calls that repeat a
   // problem (a training loop under a caching allocator, a graph captured again) build nothing.
+  // A split reduction's workspace holds the partial sums first, then any scratch of CUTLASS's own.
   using Params = typename Kernel::Params;
   using Key = std::array<std::int64_t, 16>;
   struct Plan {
     Key key{};
     std::string why_not;  // empty when the configuration can run the problem
-    std::size_t workspace_bytes = 0;
-    bool has_params = false;  // params are set, for params_tuning (only without workspace)
+    std::size_t workspace_bytes = 0;  // at reduction_splits' count of parts
+    std::size_t cutlass_workspace_bytes = 0;
+    bool has_params = false;  // params are set, for params_tuning and params_partials (only without CUTLASS scratch)
     Tuning params_tuning{};
+    float* params_partials = nullptr;
     Params params{};
   };
+
+  // The workspace's partial sums for `splits` parts, rounded to the scratch alignment.
+  static std::size_t partials_region_bytes(const Problem& p, int splits) {
+    if constexpr (!kSplitReduction) return 0;
+    return (partial_sums_bytes(p, splits) + 255) / 256 * 256;
+  }
 
   static Key key_of(const Problem& p) {
     const auto address = [](const void* ptr) { return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(ptr)); };
@@ -163,7 +195,7 @@ struct Gett {
     next = (next + 1) % kPlans;
     filled = std::min(filled + 1, kPlans);
     plan.key = key;
-    plan.workspace_bytes = 0;
+    plan.workspace_bytes = plan.cutlass_workspace_bytes = 0;
     plan.has_params = false;
     plan.why_not = p.dtype != kDType ? "compiled for " + std::string(dtype_name(kDType)) + " inputs"
                                      : shape_why_not(p, kTileK, sizeof(Input));
@@ -173,7 +205,8 @@ struct Gett {
       plan.why_not = "CUTLASS cannot implement this problem (alignment of x, weight or y)";
       return plan;
     }
-    plan.workspace_bytes = Kernel::get_workspace_size(args);
+    plan.cutlass_workspace_bytes = Kernel::get_workspace_size(args);
+    plan.workspace_bytes = partials_region_bytes(p, splits_for(p, {})) + plan.cutlass_workspace_bytes;
     return plan;
   }
 
@@ -197,26 +230,48 @@ struct Gett {
     config.attrs = &cluster;
     config.numAttrs = 1;
     check(cudaLaunchKernelEx(&config, kernel, params), "gett kernel launch");
+    if constexpr (kSplitReduction)
+      add_partial_sums(p, static_cast<const float*>(workspace.data), splits_for(p, tuning), stream);
   }
 
   static const Params& params_for(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning) {
     Plan& plan = plan_for(p);
     if (!plan.why_not.empty()) throw Error(ErrorCode::unsupported, "x", plan.why_not);
-    if (plan.workspace_bytes == 0) {
-      const bool same_order =
-          plan.params_tuning.max_swizzle == tuning.max_swizzle && plan.params_tuning.raster == tuning.raster;
-      if (!plan.has_params || !same_order) {
-        plan.params = Kernel::to_underlying_arguments(arguments(p, tuning), nullptr);
+    float* partials = nullptr;
+    std::size_t partials_bytes = 0;
+    if constexpr (kSplitReduction) {
+      const int splits = splits_for(p, tuning);
+      if (!can_split_reduction(p, splits, kTileK))
+        throw Error(ErrorCode::invalid_argument, "tuning.reduction_splits",
+                    "cannot split this reduction into " + std::to_string(splits) +
+                        " parts (each must hold whole K tiles of R's slices)");
+      partials_bytes = partials_region_bytes(p, splits);
+      const std::size_t need = partials_bytes + plan.cutlass_workspace_bytes;
+      if (workspace.data == nullptr || workspace.bytes < need)
+        throw Error(ErrorCode::invalid_argument, "workspace",
+                    "needs " + std::to_string(need) + " bytes for the partial sums, got " +
+                        std::to_string(workspace.bytes));
+      partials = static_cast<float*>(workspace.data);
+    }
+    if (plan.cutlass_workspace_bytes == 0) {
+      const bool same = plan.params_tuning.max_swizzle == tuning.max_swizzle &&
+                        plan.params_tuning.raster == tuning.raster &&
+                        plan.params_tuning.reduction_splits == tuning.reduction_splits &&
+                        plan.params_partials == partials;
+      if (!plan.has_params || !same) {
+        plan.params = Kernel::to_underlying_arguments(arguments(p, tuning, partials), nullptr);
         plan.params_tuning = tuning;
+        plan.params_partials = partials;
         plan.has_params = true;
       }
       return plan.params;
     }
     // Scratch the kernel writes: its parameters point into this call's workspace.
-    const Arguments args = arguments(p, tuning);
+    const Arguments args = arguments(p, tuning, partials);
+    void* scratch = static_cast<char*>(workspace.data) + partials_bytes;
     thread_local Params with_workspace{};
-    with_workspace = Kernel::to_underlying_arguments(args, workspace.data);
-    if (Kernel::initialize_workspace(args, workspace.data, stream) != cutlass::Status::kSuccess)
+    with_workspace = Kernel::to_underlying_arguments(args, scratch);
+    if (Kernel::initialize_workspace(args, scratch, stream) != cutlass::Status::kSuccess)
       throw Error(ErrorCode::cuda_error, "workspace", "CUTLASS could not initialise its workspace");
     return with_workspace;
   }
@@ -232,7 +287,8 @@ struct Gett {
   }
 
   static Variant variant(const char* name) {
-    return {name, kDType, kTileM, kTileN, kTileK, kClusterM * kClusterN, kWeightRowsAsM, why_not, workspace_bytes, run};
+    return {name,           kDType,          kTileM,  kTileN,         kTileK, kClusterM * kClusterN,
+            kWeightRowsAsM, kSplitReduction, why_not, workspace_bytes, run};
   }
 };
 

@@ -21,6 +21,8 @@ enum class Raster { heuristic, along_m, along_n };
 struct Tuning {
   int max_swizzle = 1;
   Raster raster = Raster::heuristic;
+  // Configurations that split the reduction: into how many parts (0: reduction_splits' choice).
+  int reduction_splits = 0;
 };
 
 // One compiled configuration.
@@ -30,6 +32,7 @@ struct Variant {
   int tile_m, tile_n, tile_k;
   int cluster_size;
   bool weight_rows_as_m;  // M is the weight's rows (y^T = W A^T), N x's rows; else the other way round
+  bool splits_reduction;  // parts of R's slices as the batch mode into float32 partial sums, then their sum
   std::string (*why_not)(const Problem& p);  // empty when the configuration can run p
   std::size_t (*workspace_bytes)(const Problem& p);
   void (*run)(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning);
@@ -65,6 +68,12 @@ const Variant& bf16_weight_rows_pingpong_64x64();
 const Variant& f16_weight_rows_pingpong_64x64();
 const Variant& tf32_weight_rows_pingpong_64x32();
 
+const Variant& bf16_weight_rows_split_pingpong_64x32();
+const Variant& f16_weight_rows_split_pingpong_64x32();
+const Variant& bf16_weight_rows_split_pingpong_64x64();
+const Variant& f16_weight_rows_split_pingpong_64x64();
+const Variant& tf32_weight_rows_split_pingpong_64x32();
+
 // All of the above, for tests and benchmarks that go through every configuration.
 std::vector<const Variant*> library_variants();
 
@@ -80,6 +89,19 @@ bool outruns_unfused(const Problem& p);
 // The weight's 64-row tiles per SM: the blocks of a configuration with the weight's rows as M,
 // each reading its tile alone.
 double weight_tiles_per_sm(const Problem& p);
+// Configurations that split the reduction run each part of R's slices as one batch of the GEMM,
+// writing float32 partial sums to the workspace, then add_partial_sums adds them (and the bias)
+// into y: enough parts that the weight's tiles fill the GPU, where they alone leave most SMs
+// idle. The parts divide R evenly, and each holds whole K tiles (tile_k elements).
+int reduction_splits(const Problem& p, int tile_n, int tile_k);
+bool can_split_reduction(const Problem& p, int splits, int tile_k);
+std::size_t partial_sums_bytes(const Problem& p, int splits);
+// y[b, k] = bias[k] + sum over parts s of partials[s][b][k] (partials: splits x B x K, contiguous),
+// as a programmatic launch after the GEMM that writes the partials.
+void add_partial_sums(const Problem& p, const float* partials, int splits, CudaStream stream);
+
+// Whether choose() takes a configuration that splits the reduction.
+bool takes_split_reduction(const Problem& p);
 // Whether the weight has too few 64-row tiles (fewer than about a quarter of the SMs) for the
 // configurations with the weight's rows as M.
 bool too_few_weight_tiles(const Problem& p);
