@@ -11,7 +11,8 @@
 //   - the Hopper GETT configurations (the library's and the unshipped candidates, see
 //     bench/CMakeLists.txt) and the tile scheduler's swizzle and raster order, bfloat16 and TF32,
 //     against cuBLASLt GEMM-only on the pre-concatenated input; `gett_weight_rows`: the
-//     configurations with the weight's rows as M on 16 to 128 rows of x.
+//     configurations with the weight's rows as M on 16 to 128 rows of x, those that split the
+//     reduction at their own part count (`_s<n>`) and at every other up to two waves of blocks.
 // Each variant is checked against the unfused baseline's result before it is timed.
 // Times: median per forward over CUDA-graph replays, rotating input sets past L2.
 //
