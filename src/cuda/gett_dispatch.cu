@@ -64,6 +64,13 @@ std::vector<const Variant*> library_variants() {
           &tf32_weight_rows_split_pingpong_64x32()};
 }
 
+namespace {
+// Output tiles of tile_m of x's rows by tile_n of the weight's (either operand as the GEMM's M).
+double tile_count(const Problem& p, int tile_m, int tile_n) {
+  return static_cast<double>((p.B + tile_m - 1) / tile_m) * static_cast<double>((p.K + tile_n - 1) / tile_n);
+}
+}  // namespace
+
 bool can_split_reduction(const Problem& p, int splits, int tile_k) {
   if (splits == 1) return true;
   if (splits < 1 || p.R % splits != 0) return false;
@@ -74,8 +81,8 @@ bool can_split_reduction(const Problem& p, int splits, int tile_k) {
 
 int reduction_splits(const Problem& p, int tile_n, int tile_k) {
   constexpr int kMostSplits = 16;
-  const std::int64_t sms = multiprocessor_count(p.device.index);
-  const std::int64_t tiles = (p.K + 63) / 64 * ((p.B + tile_n - 1) / tile_n);
+  const double sms = multiprocessor_count(p.device.index);
+  const double tiles = tile_count(p, tile_n, 64);  // 64 of the weight's rows by tile_n of x's
   // The most parts that still fit every block in one wave.
   int best = 1;
   for (int splits = 2; splits <= kMostSplits && tiles * splits <= sms; ++splits)
@@ -97,10 +104,6 @@ namespace {
 // whose mid-size problems stay with cuBLAS).
 constexpr double kMidSizeOutputs = 1.5e6;
 constexpr double kMidSizeOutputsTf32 = 1.0e6;
-
-double tile_count(const Problem& p, int tile_m, int tile_n) {
-  return static_cast<double>((p.B + tile_m - 1) / tile_m) * static_cast<double>((p.K + tile_n - 1) / tile_n);
-}
 
 // A mid-size 16-bit problem on small tiles: 128x64 (cooperative) from about half a wave of them,
 // else 64x64 (ping-pong, one warpgroup per tile; then at most 0.9 of a wave).

@@ -112,26 +112,25 @@ struct Gett {
     return tuning.reduction_splits > 0 ? tuning.reduction_splits : reduction_splits(p, kTileN, kTileK);
   }
 
-  // partials: where the parts' sums go (kSplitReduction only).
-  static Arguments arguments(const Problem& problem, Tuning tuning, float* partials = nullptr) {
+  // splits: splits_for's count; partials: where the parts' sums go (kSplitReduction only).
+  static Arguments arguments(const Problem& problem, Tuning tuning, int splits, float* partials = nullptr) {
     const Problem p = with_canonical_unit_strides(problem);
-    const int splits = splits_for(p, tuning);
     const std::int64_t slices = p.R / splits;  // R's slices in each part (the batch mode)
     const auto hr = cute::make_shape(static_cast<int>(p.H), static_cast<int>(slices));
     const StrideA stride_x{p.x_stride_b, cute::make_stride(cute::_1{}, p.x_stride_r), slices * p.x_stride_r};
     const StrideB stride_w{p.weight_stride_k, cute::make_stride(cute::_1{}, p.H), slices * p.H};
     Arguments args{};
     args.mode = splits > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm;
-    if constexpr (kSplitReduction) {
-      const StrideD stride_partials{cute::_1{}, p.K, p.K * p.B};
+    if constexpr (kWeightRowsAsM) {
       args.problem_shape = ProblemShape{static_cast<int>(p.K), static_cast<int>(p.B), hr, splits};
       args.mainloop = {static_cast<const Input*>(p.weight), stride_w, static_cast<const Input*>(p.x), stride_x};
-      args.epilogue = {{}, nullptr, stride_partials, partials, stride_partials};
-    } else if constexpr (kWeightRowsAsM) {
-      const StrideD stride_y{cute::_1{}, p.y_stride_b, 0};
-      args.problem_shape = ProblemShape{static_cast<int>(p.K), static_cast<int>(p.B), hr, 1};
-      args.mainloop = {static_cast<const Input*>(p.weight), stride_w, static_cast<const Input*>(p.x), stride_x};
-      args.epilogue = {{}, nullptr, stride_y, static_cast<Output*>(p.y), stride_y};
+      if constexpr (kSplitReduction) {
+        const StrideD stride_partials{cute::_1{}, p.K, p.K * p.B};
+        args.epilogue = {{}, nullptr, stride_partials, partials, stride_partials};
+      } else {
+        const StrideD stride_y{cute::_1{}, p.y_stride_b, 0};
+        args.epilogue = {{}, nullptr, stride_y, static_cast<Output*>(p.y), stride_y};
+      }
     } else {
       const StrideD stride_y{p.y_stride_b, cute::_1{}, 0};
       args.problem_shape = ProblemShape{static_cast<int>(p.B), static_cast<int>(p.K), hr, 1};
@@ -200,13 +199,14 @@ struct Gett {
     plan.why_not = p.dtype != kDType ? "compiled for " + std::string(dtype_name(kDType)) + " inputs"
                                      : shape_why_not(p, kTileK, sizeof(Input));
     if (!plan.why_not.empty()) return plan;
-    const Arguments args = arguments(p, {});
+    const int splits = splits_for(p, {});
+    const Arguments args = arguments(p, {}, splits);
     if (!Kernel::can_implement(args)) {
       plan.why_not = "CUTLASS cannot implement this problem (alignment of x, weight or y)";
       return plan;
     }
     plan.cutlass_workspace_bytes = Kernel::get_workspace_size(args);
-    plan.workspace_bytes = partials_region_bytes(p, splits_for(p, {})) + plan.cutlass_workspace_bytes;
+    plan.workspace_bytes = partials_region_bytes(p, splits) + plan.cutlass_workspace_bytes;
     return plan;
   }
 
@@ -215,7 +215,8 @@ struct Gett {
   static std::size_t workspace_bytes(const Problem& p) { return plan_for(p).workspace_bytes; }
 
   static void run(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning) {
-    const Params& params = params_for(p, workspace, stream, tuning);
+    const int splits = splits_for(p, tuning);
+    const Params& params = params_for(p, workspace, stream, tuning, splits);
     auto* kernel = &cutlass::device_kernel<Kernel>;
     allow_shared_memory(reinterpret_cast<const void*>(kernel), p.device.index);
 
@@ -231,16 +232,16 @@ struct Gett {
     config.numAttrs = 1;
     check(cudaLaunchKernelEx(&config, kernel, params), "gett kernel launch");
     if constexpr (kSplitReduction)
-      add_partial_sums(p, static_cast<const float*>(workspace.data), splits_for(p, tuning), stream);
+      add_partial_sums(p, static_cast<const float*>(workspace.data), splits, stream);
   }
 
-  static const Params& params_for(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning) {
+  static const Params& params_for(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning,
+                                  int splits) {
     Plan& plan = plan_for(p);
     if (!plan.why_not.empty()) throw Error(ErrorCode::unsupported, "x", plan.why_not);
     float* partials = nullptr;
     std::size_t partials_bytes = 0;
     if constexpr (kSplitReduction) {
-      const int splits = splits_for(p, tuning);
       if (!can_split_reduction(p, splits, kTileK))
         throw Error(ErrorCode::invalid_argument, "tuning.reduction_splits",
                     "cannot split this reduction into " + std::to_string(splits) +
@@ -259,7 +260,7 @@ struct Gett {
                         plan.params_tuning.reduction_splits == tuning.reduction_splits &&
                         plan.params_partials == partials;
       if (!plan.has_params || !same) {
-        plan.params = Kernel::to_underlying_arguments(arguments(p, tuning, partials), nullptr);
+        plan.params = Kernel::to_underlying_arguments(arguments(p, tuning, splits, partials), nullptr);
         plan.params_tuning = tuning;
         plan.params_partials = partials;
         plan.has_params = true;
@@ -267,7 +268,7 @@ struct Gett {
       return plan.params;
     }
     // Scratch the kernel writes: its parameters point into this call's workspace.
-    const Arguments args = arguments(p, tuning, partials);
+    const Arguments args = arguments(p, tuning, splits, partials);
     void* scratch = static_cast<char*>(workspace.data) + partials_bytes;
     thread_local Params with_workspace{};
     with_workspace = Kernel::to_underlying_arguments(args, scratch);
