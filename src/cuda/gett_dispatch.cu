@@ -75,8 +75,11 @@ bool can_split_reduction(const Problem& p, int splits, int tile_k) {
   if (splits == 1) return true;
   if (splits < 1 || p.R % splits != 0) return false;
   // Parts of whole K tiles: where a K tile spans several slices (H a divisor of tile_k, below
-  // it), a part of fewer slices would leave part of its last tile empty.
-  return p.H % tile_k == 0 || (p.R / splits) % (tile_k / p.H) == 0;
+  // it), a part of fewer slices would leave part of its last tile empty. Other widths, which the
+  // GETT refuses (shape_why_not), allow no split (and must not reach the division below).
+  if (p.H % tile_k == 0) return true;
+  if (tile_k % p.H != 0) return false;
+  return (p.R / splits) % (tile_k / p.H) == 0;
 }
 
 int reduction_splits(const Problem& p, int tile_n, int tile_k) {
