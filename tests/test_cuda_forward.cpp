@@ -710,7 +710,8 @@ TEST_F(CudaTest, GettMidSizeChoices) {
 // (two of 32 where the weight has 33 or fewer 64-row tiles). Where it has fewer than 32 (and at
 // least 8), from 8 MB (16-bit with 33 to 64 rows: from 4 MB in 8 parts or more) to 64 MB (TF32:
 // 128 MB) the reduction is split (TF32 with 33 to 64 rows: to 128 MB in 8 parts or more, to 32 MB
-// in 4, to 16 MB in 2).
+// in 4, to 16 MB in 2); with 65 to 128 rows, 16-bit from 4 to 16 MB in 4 parts or more, TF32 from
+// 8 to 36 MB.
 // Partial tiles in both modes, a slice width the GETT refuses, and the limits on either side. The
 // expected choices are the H200's; through the dispatcher each shape is accurate.
 TEST_F(CudaTest, GettWeightRowsChoices) {
@@ -744,6 +745,16 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
       {{{64, 24, 128, 1024}, DType::float32, Layout::head_major, true}, "tf32_weight_rows_split_pingpong_64x32", tf32},
       {{{512, 48, 128, 512}, DType::float32, Layout::contiguous, true}, "tf32_weight_rows_split_pingpong_64x32", tf32},
       {{{16, 48, 128, 1984}, DType::float32, Layout::head_major, true}, "tf32_weight_rows_split_pingpong_64x32", tf32},
+      // 65 to 128 rows: 16-bit 4-16 MB in 4 parts or more, TF32 8-36 MB.
+      {{{64, 96, 128, 1024}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_split_pingpong_64x64"},
+      {{{64, 112, 128, 512}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_split_pingpong_64x64"},
+      {{{24, 128, 128, 1024}, DType::bfloat16, Layout::contiguous, false}, "bf16_weight_rows_split_pingpong_64x64"},
+      {{{64, 96, 128, 1024}, DType::float32, Layout::head_major, true}, "tf32_weight_rows_split_pingpong_64x32", tf32},
+      {{{96, 80, 128, 768}, DType::float32, Layout::contiguous, true}, "tf32_weight_rows_split_pingpong_64x32", tf32},
+      {{{96, 80, 128, 768}, DType::bfloat16, Layout::contiguous, true}, nullptr},        // 18 MB
+      {{{48, 112, 128, 1536}, DType::bfloat16, Layout::head_major, true}, nullptr},      // 2 parts
+      {{{128, 128, 128, 1024}, DType::float32, Layout::contiguous, true}, nullptr, tf32}, // 64 MB
+      {{{64, 129, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, nullptr},      // 129 rows
       {{{24, 64, 128, 1536}, DType::float32, Layout::contiguous, true}, nullptr, tf32},  // 18 MB in 2 parts
       {{{16, 48, 128, 1984}, DType::float16, Layout::contiguous, true}, nullptr},  // 7.75 MB in 4 parts
       {{{16, 32, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, nullptr}, // 4 MB: weight-streaming

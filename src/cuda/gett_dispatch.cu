@@ -143,7 +143,7 @@ const Variant* weight_rows_variant(const Problem& p) {
   return f16 ? &f16_weight_rows_pingpong_64x64() : &bf16_weight_rows_pingpong_64x64();
 }
 
-// 17 to 64 rows of x against a weight with too few 64-row tiles for the SMs (too_few_weight_tiles:
+// 17 to 128 rows of x against a weight with too few 64-row tiles for the SMs (too_few_weight_tiles:
 // K up to 2,024 on the H200; from 8 tiles, the fewest measured): the same tiles, the reduction
 // split into reduction_splits' parts so that its blocks fill a wave. Against unfused, weights of
 // 4 to 128 MB at K = 512-1,984 (bench/results/gett_split_reduction_h200.csv): 16-bit from 8 MB,
@@ -154,17 +154,25 @@ const Variant* weight_rows_variant(const Problem& p) {
 // (below, the weight-streaming kernel) to 128 MB: 0.70-0.87x unfused's time; with 33 to 64 rows
 // 0.72-0.98x in 8 parts or more, in 4 up to 32 MB, in 2 up to 16 MB (in 4 parts at 64 MB
 // 0.98-1.015x, in 2 from 18 MB 0.93-1.05x).
+// 65 to 128 rows (two N tiles of 64; TF32 three or four of 32), K = 512-1,024 unless noted
+// (bench/results/gett_split_reduction_many_rows_h200.csv): 16-bit from 4 to 16 MB in 4 parts or
+// more, 0.82-0.97x unfused's time (at 18 MB 1.14x, at 32 MB 0.99x, in 2 parts at K = 1,536-2,048
+// 1.00-1.32x); TF32 from 8 to 36 MB in 2 parts or more, 0.82-1.00x (at 64 MB 1.28x).
 const Variant* split_reduction_variant(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
-  if (p.B < 17 || p.B > 64 || (p.K + 63) / 64 < 8 || !too_few_weight_tiles(p) || p.H % (tf32 ? 32 : 64) != 0)
+  if (p.B < 17 || p.B > 128 || (p.K + 63) / 64 < 8 || !too_few_weight_tiles(p) || p.H % (tf32 ? 32 : 64) != 0)
     return nullptr;
-  const bool wide = p.B > 32;  // two N tiles of 32 for TF32, one of 64 for 16-bit
+  const bool wide = p.B > 32;  // two N tiles of 32 or more for TF32, one of 64 or more for 16-bit
   const Variant& narrow_tiles = f16 ? f16_weight_rows_split_pingpong_64x32() : bf16_weight_rows_split_pingpong_64x32();
   const Variant& wide_tiles = f16 ? f16_weight_rows_split_pingpong_64x64() : bf16_weight_rows_split_pingpong_64x64();
   const Variant& variant = tf32 ? tf32_weight_rows_split_pingpong_64x32() : wide ? wide_tiles : narrow_tiles;
   const int splits = reduction_splits(p, variant.tile_n, variant.tile_k);
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
   if (splits < 2) return nullptr;
+  if (p.B > 64) {
+    if (tf32) return weight_bytes >= 8 * MiB && weight_bytes <= 36 * MiB ? &variant : nullptr;
+    return splits >= 4 && weight_bytes >= 4 * MiB && weight_bytes <= 16 * MiB ? &variant : nullptr;
+  }
   if (tf32) {
     if (weight_bytes < 8 * MiB || weight_bytes > 128 * MiB) return nullptr;
     if (wide && weight_bytes > (splits >= 8 ? 128 : splits >= 4 ? 32 : 16) * MiB) return nullptr;
