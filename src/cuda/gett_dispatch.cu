@@ -156,8 +156,8 @@ const Variant* weight_rows_variant(const Problem& p) {
 // 0.98-1.015x, in 2 from 18 MB 0.93-1.05x).
 // 65 to 128 rows (two N tiles of 64; TF32 three or four of 32), K = 512-1,024 unless noted
 // (bench/results/gett_split_reduction_many_rows_h200.csv): 16-bit from 4 to 16 MB in 4 parts or
-// more, 0.82-0.97x unfused's time (at 18 MB 1.14x, at 32 MB 0.99x, in 2 parts at K = 1,536-2,048
-// 1.00-1.32x); TF32 from 8 to 36 MB in 2 parts or more, 0.82-1.00x (at 64 MB 1.28x).
+// more, 0.82-0.97x unfused's time (at 18 MB 1.14x, at 32 MB 0.99x, in 2 parts at K = 1,536-1,792
+// 0.97-1.32x); TF32 from 8 to 36 MB in 2 parts or more, 0.82-1.00x (at 64 MB 1.28x).
 const Variant* split_reduction_variant(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
   if (p.B < 17 || p.B > 128 || (p.K + 63) / 64 < 8 || !too_few_weight_tiles(p) || p.H % (tf32 ? 32 : 64) != 0)
