@@ -11,8 +11,8 @@ namespace {
 
 // A split reduction's parts are equal runs of R's slices, each whole K tiles of tile_k elements;
 // where H neither divides tile_k nor is a multiple of it (slices the GETT refuses) only the
-// unsplit form, one part, is allowed. Every slice width up to 300 (odd ones included, which once
-// reached a division by zero), both tile depths, every count from -1 to R + 1.
+// unsplit form, one part, is allowed. Every slice width up to 300 (H = 100 against a 64-deep tile
+// once reached a division by zero), both tile depths, every count from -1 to R + 1.
 TEST(GettRules, ReductionSplitsHoldWholeKTiles) {
   for (int tile_k : {32, 64})
     for (std::int64_t H = 0; H <= 300; ++H)
