@@ -547,6 +547,9 @@ void run_gett_variant(const cuda::gett::Variant& variant, const DeviceOperands& 
   // The workspace asked for covers the configuration's own count of parts; room for the count
   // asked for on top.
   DeviceBuffer workspace(variant.workspace_bytes(p) + cuda::gett::partial_sums_bytes(p, tuning.reduction_splits));
+  // NaN bytes: a partial sum the GEMM failed to write would reach y as NaN, not as a stale value.
+  if (workspace.bytes() > 0 && cudaMemset(workspace.data(), 0xFF, workspace.bytes()) != cudaSuccess)
+    throw std::runtime_error("cudaMemset(workspace) failed");
   variant.run(p, {workspace.data(), workspace.bytes()}, nullptr, tuning);
   if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("GETT run failed");
 }
@@ -583,11 +586,29 @@ TEST_F(CudaTest, GettEveryConfiguration) {
 }
 
 // The tile scheduler's swizzle and raster order change only the order of tiles, never a bit of y,
-// in every configuration (the dispatcher runs some with other orders than CUTLASS's default).
+// in every configuration (the dispatcher runs some with other orders than CUTLASS's default). A
+// split reduction's configurations also on a shape they split, whose partial sums are added in a
+// fixed order. (No cuBLAS here: sanitize_gpu.sh runs this test under racecheck.)
 TEST_F(CudaTest, GettSchedulerTuningKeepsResults) {
   if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  struct Run {
+    const cuda::gett::Variant* variant;
+    Shape shape;
+    bool split;  // the configuration splits this shape's reduction
+  };
+  std::vector<Run> runs;
   for (const cuda::gett::Variant* variant : cuda::gett::library_variants()) {
-    const Case c{{4, 1000, 64, 776}, variant->dtype, Layout::head_major, true};
+    runs.push_back({variant, {4, 1000, 64, 776}, false});
+    if (variant->splits_reduction) runs.push_back({variant, {12, 40, 64, 520}, true});
+  }
+  for (const auto& [variant, shape, split] : runs) {
+    const Case c{shape, variant->dtype, Layout::head_major, true};
+    if (split) {
+      Operands o = make_operands(c, 1);
+      DeviceOperands d(o);
+      const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+      ASSERT_GT(cuda::gett::reduction_splits(p, variant->tile_n, variant->tile_k), 1) << variant->name << " " << c;
+    }
     const auto y_with = [&](cuda::gett::Tuning tuning) {
       Operands o = make_operands(c, 1234);
       DeviceOperands d(o);
