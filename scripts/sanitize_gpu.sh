@@ -17,26 +17,10 @@ filter+=':CudaTest.GettSchedulerTuningKeepsResults:CudaTest.GettTf32RoundsOperan
 # The weight-streaming kernel with every division of the reduction between warps (no cuBLAS either).
 filter+=':CudaTest.WeightStreamDeterministic'
 filter=${2:-$filter}
-# Where a tool cannot judge cuBLAS's split-K GEMMs (which the graph-capture test's 16-bit unfused
-# baseline runs) or the partial sums a TMA store wrote:
-# - racecheck reports hazards inside cuBLAS's split-K kernels (nvjet_*splitK*), and fails with an
-#   internal error if they are left out by name: it skips the graph-capture test, whose fused
-#   kernels the GETT and weight-streaming tests above reach;
-# - initcheck does not see TMA stores as writes, so it flags every read of a split reduction's
-#   partial sums, cuBLAS's (splitKreduce_kernel) and ours (add_partial_sums_kernel): both are left
-#   out. That the GETT writes every partial sum, its tests check with the workspace filled with NaN
-#   (run_gett_variant in test_cuda_forward.cpp).
 status=0
 for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
   echo "== compute-sanitizer --tool $tool"
-  tool_filter=$filter
-  tool_options=()
-  case $tool in
-    racecheck) tool_filter+='-CudaTest.GraphCaptureReplaysWithNewInputs' ;;
-    initcheck) tool_options=(--kernel-name-exclude kns=splitKreduce_kernel
-                             --kernel-name-exclude kns=add_partial_sums_kernel) ;;
-  esac
-  compute-sanitizer --tool "$tool" "${tool_options[@]}" --error-exitcode 86 --print-limit 20 \
-    "$binary" --gtest_filter="$tool_filter" --gtest_brief=1 || status=1
+  compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 \
+    "$binary" --gtest_filter="$filter" --gtest_brief=1 || status=1
 done
 exit $status

@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <functional>
+#include <optional>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
@@ -174,18 +178,32 @@ TEST_F(CudaTest, Tf32IsUsedOnlyWhenAllowed) {
 
 // Captures one forward in a CUDA graph (global mode: any launch on the legacy default stream
 // during capture is an error), then replays it `trials` times on new input values with y poisoned
-// again, checking each result against the reference within `tolerance`.
+// again. Each replay must leave no NaN, give bit for bit what the same forward launched directly
+// gives on the same inputs (every kernel is deterministic), and, where a tolerance is given, lie
+// within it of the reference.
 void expect_graph_replays_match(const Case& c, DeviceOperands& d, const Options& options, cudaStream_t stream,
-                                int trials, std::uint32_t seed, double tolerance) {
+                                int trials, std::uint32_t seed, std::optional<double> tolerance) {
   const CapturedGraph graph(stream, [&] { d.forward(options, stream); });
   for (int trial = 0; trial < trials; ++trial) {
-    Operands fresh = make_operands(c, seed + static_cast<std::uint32_t>(trial));
+    const std::uint32_t trial_seed = seed + static_cast<std::uint32_t>(trial);
+    Operands fresh = make_operands(c, trial_seed);
     d.x.upload(fresh.x);
     d.weight.upload(fresh.weight);
     d.bias.upload(fresh.bias);
     d.y.upload(fresh.y);
     graph.replay();
-    EXPECT_LE(downloaded_error(fresh, d), tolerance) << c << " kernel " << options.kernel << " replay " << trial;
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    const double err = downloaded_error(fresh, d);
+    const std::vector<std::byte> replayed = fresh.y.storage;
+    d.y.upload(make_operands(c, trial_seed).y);  // the poison again
+    d.forward(options, stream);
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    d.y.download(fresh.y);
+    std::ostringstream label;
+    label << c << " kernel " << options.kernel << " replay " << trial;
+    ASSERT_FALSE(std::isnan(err)) << label.str() << ": NaN left in y";
+    EXPECT_TRUE(replayed == fresh.y.storage) << label.str() << ": differs from the same forward launched directly";
+    if (tolerance) EXPECT_LE(err, *tolerance) << label.str();
   }
 }
 
@@ -218,11 +236,19 @@ TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
       Options options = options_for(kernel);
       const std::size_t ws_bytes = workspace_bytes(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options);
       DeviceBuffer workspace(ws_bytes);
-      if (ws_bytes > 0) options.workspace = {workspace.data(), ws_bytes};
+      if (ws_bytes > 0) {
+        // NaN bytes: a partial sum left unwritten shows (and compute-sanitizer's initcheck, which
+        // does not see the GETT's TMA stores, has nothing to flag).
+        CUDA_ASSERT(cudaMemset(workspace.data(), 0xFF, ws_bytes));
+        options.workspace = {workspace.data(), ws_bytes};
+      }
       d.forward(options, stream);  // warm-up outside the capture (plan caches)
       CUDA_ASSERT(cudaStreamSynchronize(stream));
-      // 16-bit: not a fixed bound (the unfused error of an 8,192-long bfloat16 reduction reaches 2e-3).
-      expect_graph_replays_match(c, d, options, stream, 3, 100, accuracy_limit(c, Fp32Precision::ieee));
+      // 16-bit without a bound: the unfused baseline's error, which would set it, takes cuBLAS's
+      // split-K kernels here, which compute-sanitizer cannot judge (sanitize_gpu.sh runs this
+      // test); the direct forward's accuracy is the other tests' to judge.
+      expect_graph_replays_match(c, d, options, stream, 3, 100,
+                                 c.dtype == DType::float32 ? std::optional(1e-5) : std::nullopt);
     }
 }
 
