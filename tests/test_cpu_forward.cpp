@@ -136,14 +136,14 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
 }
 
 // y = x * W^T + bias in a 16-bit type T, with x = (1, 0, ..., 0) over H columns and W[k, 0],
-// bias[k] taken from `cases` (bits, repeated over K = 40 outputs: a vector part and a scalar
+// bias[k] taken from `cases` (bits, repeated over K = 44 outputs: vectors of 8 or 16 and a scalar
 // tail), so that y = w + bias in float32, rounded once. Every output's bits must be those of
 // to_half or to_bfloat16 of that sum.
 template <class T, std::size_t N, class Run>
 void expect_rounded_once(const std::uint16_t (&cases)[N][2], std::int64_t H, Run run) {
   constexpr bool half = std::is_same_v<T, Half>;
   constexpr DType dtype = half ? DType::float16 : DType::bfloat16;
-  constexpr std::int64_t K = 40;
+  constexpr std::int64_t K = 44;
   std::vector<T> x(static_cast<std::size_t>(H), T{0}), w(static_cast<std::size_t>(K * H), T{0}), bias(K),
       y(K, T{0xffff});
   x[0] = T{half ? std::uint16_t{0x3c00} : std::uint16_t{0x3f80}};
@@ -318,21 +318,27 @@ TEST(CpuForwardBf16Dot, RoundsLikeToBfloat16) {
   expect_rounded_once<BFloat16>(kBfloat16Cases, 2, [](const Problem& p) { cpu::run_bf16_dot(p); });
 }
 
-// The SIMD engine widens 16-bit inputs 16 at a time as it packs them (16 columns, so that both
-// operands take that path) and rounds y 16 at a time.
-TEST(CpuForwardEngine, Float16RoundsLikeToHalf) {
-  if (!cpu::simd_level_supported(cpu::SimdLevel::avx512)) GTEST_SKIP() << "no AVX-512 on this processor";
-  expect_rounded_once<Half>(kFloat16Cases, 16, [](const Problem& p) {
-    cpu::run_gather_gemm(p, cpu::SimdLevel::avx512, cpu::GemmPath::packed);
-  });
+// The SIMD engine widens 16-bit inputs 16 (AVX-512) or 8 (AVX2) at a time as it packs or reads
+// them (16 columns, so that both operands take that path) and, on the packed path, rounds y as
+// many at a time.
+template <class T, std::size_t N>
+void expect_engine_rounds_once(const std::uint16_t (&cases)[N][2]) {
+  bool ran = false;
+  for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2}) {
+    if (!cpu::simd_level_supported(level)) continue;
+    for (auto path : {cpu::GemmPath::packed, cpu::GemmPath::direct}) {
+      SCOPED_TRACE(::testing::Message() << "level " << static_cast<int>(level) << " path "
+                                        << (path == cpu::GemmPath::packed ? "packed" : "direct"));
+      expect_rounded_once<T>(cases, 16, [&](const Problem& p) { cpu::run_gather_gemm(p, level, path); });
+      ran = true;
+    }
+  }
+  if (!ran) GTEST_SKIP() << "neither AVX-512 nor AVX2 on this processor";
 }
 
-TEST(CpuForwardEngine, Bfloat16RoundsLikeToBfloat16) {
-  if (!cpu::simd_level_supported(cpu::SimdLevel::avx512)) GTEST_SKIP() << "no AVX-512 on this processor";
-  expect_rounded_once<BFloat16>(kBfloat16Cases, 16, [](const Problem& p) {
-    cpu::run_gather_gemm(p, cpu::SimdLevel::avx512, cpu::GemmPath::packed);
-  });
-}
+TEST(CpuForwardEngine, Float16RoundsLikeToHalf) { expect_engine_rounds_once<Half>(kFloat16Cases); }
+
+TEST(CpuForwardEngine, Bfloat16RoundsLikeToBfloat16) { expect_engine_rounds_once<BFloat16>(kBfloat16Cases); }
 
 // A single row's stride is never used: OpenBLAS's 32-bit interface must not refuse a huge one.
 TEST(CpuUnfusedBlas, UnusedStridesMayExceedItsIntegers) {

@@ -1,6 +1,6 @@
 // Fused CPU forward: a cache-blocked SIMD GEMM whose packing routine gathers A's rows straight
 // from x (see gather_gemm_engine.inl), parallelised with OpenMP over row blocks x column groups.
-// The engine is compiled for AVX-512, AVX2+FMA and plain SSE2 inside one translation unit with
+// The engine is compiled for AVX-512, AVX2+FMA+F16C and plain SSE2 inside one translation unit with
 // `#pragma GCC target`, so that only the engine itself (not inline library code shared with
 // other translation units) uses the wider instructions; the best supported one runs.
 #include <algorithm>
@@ -54,7 +54,7 @@ namespace avx512 {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
 #define GATHER_GEMM_VECTOR_BYTES 32
 #define GATHER_GEMM_MR 6
@@ -148,7 +148,8 @@ bool simd_level_supported(SimdLevel level) {
     case SimdLevel::portable: return true;
 #ifdef GATHER_GEMM_HAS_X86_VARIANTS
     case SimdLevel::avx512: return __builtin_cpu_supports("avx512f");
-    case SimdLevel::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case SimdLevel::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
     default: return false;
   }

@@ -43,6 +43,75 @@ inline const std::uint32_t* float_words(const In* src, float* widened) {
 #endif
 #if GATHER_GEMM_VECTOR_BYTES == 32 && defined(GATHER_GEMM_HAS_X86_VARIANTS)
 #define GATHER_GEMM_AVX2 1
+
+// The AVX2 engine (compiled with F16C) widens 16-bit inputs 8 at a time: a scalar conversion of
+// each float16 element had made short float16 batches take 3-6x eager PyTorch's time on a Zen 3.
+template <class In>
+constexpr bool kLoads8AsFloat = std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>;
+
+// 8 consecutive 16-bit values from src as float32, exactly (VCVTPH2PS for float16, a shift for
+// bfloat16).
+template <class In>
+inline __m256 load8_as_float(const In* src) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  if constexpr (std::is_same_v<In, Half>) return _mm256_cvtph_ps(bits);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+
+// 8 float32 values rounded to T (Half or BFloat16), the bits to_half or to_bfloat16 gives, as
+// avx512_helpers.hpp's round16_from_float does 16: float16 through VCVTPS2PH with each NaN first
+// made the quiet NaN of its sign, bfloat16 on the integer bits.
+template <class T>
+inline __m128i round8_from_float(__m256 v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const __m256 sign = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u))));
+    const __m256 quiet = _mm256_or_ps(sign, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+    return _mm256_cvtps_ph(_mm256_blendv_ps(v, quiet, nan), _MM_FROUND_TO_NEAREST_INT);
+  } else {
+    static_assert(std::is_same_v<T, BFloat16>);
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), odd);
+    const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+    const __m256i nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+    const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
+    const __m256i high = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+    return _mm_packus_epi32(_mm256_castsi256_si128(high), _mm256_extracti128_si256(high, 1));
+  }
+}
+
+// y[j] = T(c[j] + bias[j]) for j < n (no bias where it is null), rounded as to_half or
+// to_bfloat16 round: 8 at a time, the rest one by one.
+template <class T>
+inline void round_row8_from_float(const float* c, const T* bias, T* y, int n) {
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 sum = _mm256_loadu_ps(c + j);
+    if (bias != nullptr) sum = _mm256_add_ps(sum, load8_as_float(bias + j));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + j), round8_from_float<T>(sum));
+  }
+  for (; j < n; ++j) y[j] = store_as<T>(c[j] + (bias != nullptr ? load_as<float>(bias[j]) : 0.f));
+}
+
+// out[u * out_stride + i] = rows[i][u] for 8 rows of 8 floats: two rounds of interleaving within
+// 128-bit lanes, then one of lane swaps.
+inline void transpose_8x8_ps(const __m256 (&rows)[8], float* out, std::int64_t out_stride) {
+  __m256 pairs[8], quads[8];
+  for (int i = 0; i < 8; i += 2) {
+    pairs[i] = _mm256_unpacklo_ps(rows[i], rows[i + 1]);      // r_i[0] r_i+1[0] r_i[1] r_i+1[1] (per lane)
+    pairs[i + 1] = _mm256_unpackhi_ps(rows[i], rows[i + 1]);  // r_i[2] r_i+1[2] r_i[3] r_i+1[3]
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      quads[i + 2 * h] = _mm256_shuffle_ps(pairs[i + h], pairs[i + 2 + h], 0x44);      // column 2h (per lane)
+      quads[i + 2 * h + 1] = _mm256_shuffle_ps(pairs[i + h], pairs[i + 2 + h], 0xee);  // column 2h + 1
+    }
+  for (int u = 0; u < 4; ++u) {
+    _mm256_storeu_ps(out + u * out_stride, _mm256_permute2f128_ps(quads[u], quads[4 + u], 0x20));
+    _mm256_storeu_ps(out + (u + 4) * out_stride, _mm256_permute2f128_ps(quads[u], quads[4 + u], 0x31));
+  }
+}
 #else
 #define GATHER_GEMM_AVX2 0
 #endif
@@ -113,6 +182,17 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
           for (int j = j0; j < std::min(j0 + 16, valid); ++j) words[j - j0] = float_words(rows[j] + c, widened[j - j0]);
           transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + c * NR + j0), NR);
         }
+#elif GATHER_GEMM_AVX2
+  // 16-bit rows along a unit stride: 8 x 8 blocks, widened 8 at a time and transposed in registers.
+  if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float> && NR % 8 == 0)
+    if (stride_c == 1)
+      for (; c + 8 <= p.RH; c += 8)
+        for (int j0 = 0; j0 < NR; j0 += 8) {
+          __m256 block[8];
+          for (int j = 0; j < 8; ++j)
+            block[j] = j0 + j < valid ? load8_as_float(rows[j0 + j] + c) : _mm256_setzero_ps();
+          transpose_8x8_ps(block, out + c * NR + j0, NR);
+        }
 #endif
   if (p.weight_stride_k == 1 && stride_c != 1) {
     // Rows side by side (the backward's transposed views): each step of the panel is one
@@ -129,6 +209,12 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
       if constexpr (!std::is_same_v<In, Acc> && kLoads16AsFloat<In> && NR % 16 == 0)
         if (valid == NR) {
           for (int j = 0; j < NR; j += 16) _mm512_storeu_ps(dst + j, load16_as_float(src + j));
+          continue;
+        }
+#elif GATHER_GEMM_AVX2
+      if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float> && NR % 8 == 0)
+        if (valid == NR) {
+          for (int j = 0; j < NR; j += 8) _mm256_storeu_ps(dst + j, load8_as_float(src + j));
           continue;
         }
 #endif
@@ -151,8 +237,15 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
 template <class In, class Acc>
 void pack_gathered_rows_to_line(const Problem& p, std::int64_t b, Acc* __restrict out) {
   const In* x = static_cast<const In*>(p.x) + b * p.x_stride_b;
-  for (std::int64_t r = 0; r < p.R; ++r)
-    for (std::int64_t h = 0; h < p.H; ++h) out[r * p.H + h] = load_as<Acc>(x[r * p.x_stride_r + h * p.x_stride_h]);
+  for (std::int64_t r = 0; r < p.R; ++r) {
+    std::int64_t h = 0;
+#if GATHER_GEMM_AVX2
+    if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>)
+      if (p.x_stride_h == 1)
+        for (; h + 8 <= p.H; h += 8) _mm256_storeu_ps(out + r * p.H + h, load8_as_float(x + r * p.x_stride_r + h));
+#endif
+    for (; h < p.H; ++h) out[r * p.H + h] = load_as<Acc>(x[r * p.x_stride_r + h * p.x_stride_h]);
+  }
 }
 
 // Gathers rows [b0, b0 + mc) x columns [c0, c0 + kc) of A straight from x into MR-tall panels.
@@ -207,6 +300,9 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
 #if GATHER_GEMM_AVX512
           if constexpr (kLoads16AsFloat<In>)
             for (; i + 16 <= mc; i += 16) _mm512_store_ps(widened + i, load16_as_float(step + i));
+#elif GATHER_GEMM_AVX2
+          if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>)
+            for (; i + 8 <= mc; i += 8) _mm256_store_ps(widened + i, load8_as_float(step + i));
 #endif
           for (; i < mc; ++i) widened[i] = load_as<Acc>(step[i]);
           line = widened;
@@ -233,9 +329,18 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
     for (int kk = 0; kk < kc; ++r, h = 0) {
       const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
       const In* src = row + r * p.x_stride_r + h * p.x_stride_h;
-      if (p.x_stride_h == 1)
-        for (int t = 0; t < run; ++t) dst[(kk + t) * MR] = load_as<Acc>(src[t]);
-      else
+      if (p.x_stride_h == 1) {
+        int t = 0;
+#if GATHER_GEMM_AVX2
+        if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>)
+          for (; t + 8 <= run; t += 8) {
+            alignas(32) float widened[8];
+            _mm256_store_ps(widened, load8_as_float(src + t));
+            for (int u = 0; u < 8; ++u) dst[(kk + t + u) * MR] = widened[u];
+          }
+#endif
+        for (; t < run; ++t) dst[(kk + t) * MR] = load_as<Acc>(src[t]);
+      } else
         for (int t = 0; t < run; ++t) dst[(kk + t) * MR] = load_as<Acc>(src[t * p.x_stride_h]);
       kk += run;
     }
@@ -273,6 +378,12 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
         round_row_from_float(c_row, bias ? bias + k0 : nullptr, y_row, nc);
         continue;
       }
+#elif GATHER_GEMM_AVX2
+    if constexpr (kLoads8AsFloat<In>)
+      if (p.y_stride_k == 1) {  // the compiler does not vectorize the rounding to 16 bits
+        round_row8_from_float(c_row, bias ? bias + k0 : nullptr, y_row, nc);
+        continue;
+      }
 #endif
     if (p.y_stride_k == 1)  // the forward's: a loop the compiler vectorizes
       for (int j = 0; j < nc; ++j) y_row[j] = sum(j);
@@ -281,7 +392,7 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   }
 }
 
-// Loads L consecutive inputs as accumulators (widened 16 at a time on AVX-512).
+// Loads L consecutive inputs as accumulators (16-bit ones widened L at a time on AVX-512 and AVX2).
 template <class In, class Acc, class Vec>
 inline Vec load_vector(const In* src) {
   constexpr int L = Tiling<Acc>::kLanes;
@@ -291,6 +402,10 @@ inline Vec load_vector(const In* src) {
 #if GATHER_GEMM_AVX512
   } else if constexpr (kLoads16AsFloat<In>) {
     const __m512 widened = load16_as_float(src);
+    std::memcpy(&v, &widened, sizeof(Vec));
+#elif GATHER_GEMM_AVX2
+  } else if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>) {
+    const __m256 widened = load8_as_float(src);
     std::memcpy(&v, &widened, sizeof(Vec));
 #endif
   } else {
