@@ -636,12 +636,13 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
     }
 }
 
-// A single gathered row of A against 16 weight rows at once (AVX-512): 16 accumulators, one
-// lane-sum round for all of them. Against short weight rows the 4-row tiles' setup and lane sums
-// (12 of their 16 vectors zeros) outweighed their few multiply-adds.
+// A single gathered row of A against as many weight rows at once as a vector has lanes (16 on
+// AVX-512, 8 on AVX2): one accumulator each, one lane-sum round for all of them. Against short
+// weight rows the 4-row tiles' setup and lane sums (12 of their 16 vectors zeros on AVX-512)
+// outweighed their few multiply-adds.
 template <class In, class Acc>
-void single_row_tile16(const Problem& p, const Acc* row, std::int64_t k0, int kt) {
-  constexpr int L = Tiling<Acc>::kLanes, KT = 16;
+void single_row_tile(const Problem& p, const Acc* row, std::int64_t k0, int kt) {
+  constexpr int L = Tiling<Acc>::kLanes, KT = L;
   typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
   const In* w[KT];
   direct_tile_weight_rows(p, k0, kt, w);
@@ -670,11 +671,12 @@ void single_row_tile16(const Problem& p, const Acc* row, std::int64_t k0, int kt
   }
 }
 
-// A single row of A takes single_row_tile16 up to this reduction length: 0.44-0.80x the time of
-// the 4-row tiles at R*H = 9-256 on the Zen 4 VM, but about 2x at 1024, where 16 weight rows
-// read side by side stream worse than one (docs/PERFORMANCE.md, "A single row against 16 weight
-// rows at once").
-constexpr std::int64_t kSingleRowTile16MaxReduction = 256;
+// A single row of A takes single_row_tile up to this reduction length: on AVX-512 0.44-0.80x the
+// time of the 4-row tiles at R*H = 9-256 on the Zen 4 VM, but about 2x at 1024, where 16 weight
+// rows read side by side stream worse than one (docs/PERFORMANCE.md, "A single row against 16
+// weight rows at once"); on AVX2 0.44-0.90x at R*H = 9-256 on a Zen 3 VM, and from 512 no clear
+// gain beside that VM's noise ("A single row against 8 weight rows at once on AVX2").
+constexpr std::int64_t kSingleRowTileMaxReduction = 256;
 
 // For problems whose weight packing would not pay: too small overall, or a batch too short for
 // the packed weight to be reused (packing reads and writes the weight once more than the GEMM
@@ -703,10 +705,11 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
     return;
   }
   const bool parallel = direct_parallel_pays(p);
-#if GATHER_GEMM_AVX512
-  if (p.B == 1 && p.RH <= kSingleRowTile16MaxReduction) {
-    for_each_index(ceil_div(p.K, 16), parallel, [&](std::int64_t t) {
-      single_row_tile16<In, Acc>(p, rows_buf, t * 16, static_cast<int>(std::min<std::int64_t>(16, p.K - t * 16)));
+#if GATHER_GEMM_AVX512 || GATHER_GEMM_AVX2
+  if (p.B == 1 && p.RH <= kSingleRowTileMaxReduction) {
+    constexpr int KT = Tiling<Acc>::kLanes;
+    for_each_index(ceil_div(p.K, KT), parallel, [&](std::int64_t t) {
+      single_row_tile<In, Acc>(p, rows_buf, t * KT, static_cast<int>(std::min<std::int64_t>(KT, p.K - t * KT)));
     });
     return;
   }
