@@ -10,7 +10,8 @@
 //     `stream_blocks`: warps per block, and blocks per tile splitting the reduction as a cluster;
 //   - the Hopper GETT configurations (the library's and the unshipped candidates, see
 //     bench/CMakeLists.txt) and the tile scheduler's swizzle and raster order, bfloat16 and TF32,
-//     against cuBLASLt GEMM-only on the pre-concatenated input; `gett_weight_rows`: the
+//     each in a pair with the dispatched configuration, after cuBLASLt GEMM-only on the
+//     pre-concatenated input, unfused and the dispatched one on their own; `gett_weight_rows`: the
 //     configurations with the weight's rows as M on 16 to 128 rows of x, those that split the
 //     reduction at their own part count (`_s<n>`) and at every other up to two waves of blocks.
 // Each variant is checked against the unfused baseline's result before it is timed.
@@ -505,10 +506,12 @@ void stream_blocks_sweep(cudaStream_t stream, const std::optional<Shape>& only) 
   }
 }
 
-// GETT configurations and scheduler settings against cuBLASLt GEMM-only on the pre-concatenated
-// input (bfloat16, TF32; float16 spot checks), plus exact float32 (3xTF32 mma) against SGEMM-only.
-// `only`, when given, replaces the shape list and limits the sweep to bfloat16 (with the scheduler
-// sweep), to explore one shape's configurations in little GPU time.
+// GETT configurations and scheduler settings, each beside the dispatched configuration, after
+// cuBLASLt GEMM-only on the pre-concatenated input, unfused and the dispatched configuration
+// (bfloat16, TF32; float16 spot checks), plus exact float32 (3xTF32 mma) against SGEMM-only.
+// `targets_only`: the three largest shapes, without the scheduler settings. `only`, when given,
+// replaces the shape list and limits the sweep to bfloat16 (with the scheduler settings), to
+// explore one shape's configurations in little GPU time.
 void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shape>& only) {
   namespace gett = cuda::gett;
   std::vector<Shape> shapes = {{8, 8192, 512, 4096}, {32, 8192, 128, 4096}, {4, 16384, 64, 8192}, {16, 4096, 128, 2048},
@@ -521,7 +524,7 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
       {"sw2_m", {2, gett::Raster::along_m}}, {"sw4_m", {4, gett::Raster::along_m}}, {"sw8_m", {8, gett::Raster::along_m}},
       {"sw2_n", {2, gett::Raster::along_n}}, {"sw4_n", {4, gett::Raster::along_n}}, {"sw8_n", {8, gett::Raster::along_n}}};
   for (const Shape& s : shapes) {
-    const bool target = only || s.B * s.K >= 8192 * 4096;  // the largest shapes also get the scheduler sweep
+    const bool target = only || s.B * s.K >= 8192 * 4096;
     if (targets_only && !target) continue;
     for (DType dtype : {DType::bfloat16, DType::float16, DType::float32}) {
       if (only && dtype != DType::bfloat16) continue;
@@ -540,23 +543,28 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
       // first candidate runs at the clocks its last one left. Timed first among the
       // configurations (the slowest at under half the GETT's TFLOP/s), GEMM-only took 0.85-0.89x
       // the time it takes among the comparators alone (docs/PERFORMANCE.md). So the comparators
-      // are timed on their own, the configurations after them with GEMM-only as their reference.
+      // are timed on their own, and each configuration in a pair with the dispatched GETT
+      // (GEMM-only where it takes no part), the two alternating.
       std::vector<Candidate> comparators = {{"cublaslt_gemm_only_" + mode, gemm_only, false},
                                             {"unfused_cublaslt_" + mode, unfused, false}};
       add_gett_choice(comparators, p0);
       compare(s, in, comparators, unfused, stream);
-      std::vector<Candidate> configurations = {{"sweep_reference_cublaslt_gemm_only_" + mode, gemm_only, false}};
+      const Candidate pair_reference = {"pair_reference_" + comparators[comparators.size() > 2 ? 2 : 0].name,
+                                        comparators[comparators.size() > 2 ? 2 : 0].run, false};
+      // The scheduler's settings: on `gett` and a single shape's `gett_large`, not on the targets.
+      const bool scheduler_sweep = target && !spot_check && (!targets_only || only);
       for (std::size_t i = 0; i < variants.size(); ++i) {
         const gett::Variant* v = variants[i];
         if (v->dtype != dtype || !v->why_not(p0).empty() || v->workspace_bytes(p0) != 0) continue;
         if (spot_check && i >= kShipped) continue;
         if (v->weight_rows_as_m) continue;  // their own sweep: gett_weight_rows
-        configurations.push_back({std::string("gett_") + v->name, gett_run(*v, {}), true});
-        if (!target || spot_check) continue;
-        for (const auto& [tag, tuning] : tunings)
-          configurations.push_back({std::string("gett_") + v->name + "_" + tag, gett_run(*v, tuning), false});
+        std::vector<Candidate> configurations = {{std::string("gett_") + v->name, gett_run(*v, {}), true}};
+        if (scheduler_sweep)
+          for (const auto& [tag, tuning] : tunings)
+            configurations.push_back({std::string("gett_") + v->name + "_" + tag, gett_run(*v, tuning), false});
+        for (const Candidate& configuration : configurations)
+          compare(s, in, {pair_reference, configuration}, unfused, stream);
       }
-      compare(s, in, configurations, unfused, stream);
       if (dtype == DType::float32 && target) {  // exact float32 at scale
         const Run exact_unfused = unfused_run(in, Fp32Precision::ieee);
         cuda::concatenate(p0, in.concatenated, stream);
