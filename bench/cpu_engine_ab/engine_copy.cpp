@@ -1,0 +1,21 @@
+// One copy of the CPU engine for cpu_engine_ab.sh: compiled with -Dgather_linear=<namespace>
+// beside that copy's gather_gemm.cpp and error.cpp, so that two copies (two source trees) link
+// into one program. ENGINE_ENTRY names the C entry point the timing program calls.
+#include <cstring>
+
+#include "core/problem.hpp"
+#include "cpu/cpu_kernels.hpp"
+
+extern "C" std::size_t cpu_engine_ab_dtype_size(int dtype);
+
+namespace gather_linear {
+// The one library function the engine needs beyond its own file and error.cpp: the timing
+// program's (the two copies' DType enumerations are the same).
+std::size_t dtype_size(DType dtype) { return cpu_engine_ab_dtype_size(static_cast<int>(dtype)); }
+}  // namespace gather_linear
+
+extern "C" void ENGINE_ENTRY(const void* problem) {
+  gather_linear::Problem p;
+  std::memcpy(&p, problem, sizeof p);  // the same layout in both copies
+  gather_linear::cpu::run_gather_gemm(p);
+}

@@ -1,0 +1,41 @@
+#!/bin/bash
+# Compares the CPU engine (src/cpu/gather_gemm.cpp and what it includes) at a git revision with
+# the working tree's, both in one process, alternating call by call (timing.cpp says why). The
+# engine alone: no dispatcher, no validation; x contiguous, with a bias.
+#   bench/cpu_engine_ab/run.sh BASE_REV R,B,H,K[,f32|f16|bf16] ...     env: PAIRS (40), OMP_NUM_THREADS
+# One CSV row a shape: R,B,H,K,dtype,pairs,base_us,working_us,ratio_q25,ratio_median,ratio_q75,
+# outputs (ratio: the working tree's time over the base's in each pair; "same" where both wrote the
+# same bits). A revision against an unchanged tree measures the noise.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n '2,9p' "$0"; exit 2; }
+base=$1
+shift
+root=$(git rev-parse --show-toplevel)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/a" "$work/b"
+git -C "$root" archive "$base" src include | tar -x -C "$work/a"
+cp -r "$root/src" "$root/include" "$work/b/"
+# The library's own flags (CMakeLists.txt, Release).
+flags=(-O3 -DNDEBUG -fopenmp -std=gnu++20 -ffp-contract=fast -Wno-psabi)
+objects=()
+for side in a b; do
+  # Each copy in its own namespace, so that both link into one program.
+  copy=(-I"$work/$side/include" -I"$work/$side/src" -Dgather_linear=gather_linear_engine_$side
+        -DENGINE_ENTRY=engine_${side}_run)
+  for unit in "$work/$side/src/cpu/gather_gemm.cpp" "$work/$side/src/core/error.cpp" \
+              "$root/bench/cpu_engine_ab/engine_copy.cpp"; do
+    objects+=("$work/$side-$(basename "$unit" .cpp).o")
+    c++ "${flags[@]}" "${copy[@]}" -c "$unit" -o "${objects[-1]}"
+  done
+done
+for unit in "$root/bench/cpu_engine_ab/timing.cpp" "$root/src/core/tensor_view.cpp" "$root/src/core/error.cpp"; do
+  objects+=("$work/timing-$(basename "$unit" .cpp).o")
+  c++ "${flags[@]}" -I"$root/include" -I"$root/src" -c "$unit" -o "${objects[-1]}"
+done
+c++ -fopenmp "${objects[@]}" -o "$work/cpu_engine_ab"
+echo "R,B,H,K,dtype,pairs,base_us,working_us,ratio_q25,ratio_median,ratio_q75,outputs"
+for shape in "$@"; do
+  IFS=, read -r R B H K dtype <<< "$shape"
+  "$work/cpu_engine_ab" "$R" "$B" "$H" "$K" "${dtype:-f32}" "${PAIRS:-40}"
+done
