@@ -204,9 +204,9 @@ TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
   expect_rounded_once<BFloat16>(kBfloat16Cases, 1, [](const Problem& p) { cpu::run_amx_bf16(p); });
 }
 
-// The AVX512-BF16 kernel: chosen for bfloat16 without AMX for short batches, and where x's slices
-// run along a unit stride in whole pairs or its rows sit side by side (else the engine), and
-// refused by name otherwise.
+// The AVX512-BF16 kernel: chosen for bfloat16 without AMX for short batches, and, on processors
+// where it outruns the float32 engine (AMD's), where x's slices run along a unit stride in whole
+// pairs or its rows sit side by side (else the engine), and refused by name otherwise.
 TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOtherwise) {
   const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
   const auto chosen = [](const Case& c) {
@@ -222,6 +222,16 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
     EXPECT_EQ(chosen({{4, 24, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    // Past 16 rows, the packed path: the dot kernel's where it outruns the engine, on every
+    // processor for few rows and little work, on AMD's for any.
+    EXPECT_EQ(chosen({{4, 24, 32, 56}, DType::bfloat16, Layout::contiguous, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{4, 256, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    const Case large{{8, 64, 128, 512}, DType::bfloat16, Layout::contiguous, true};
+#if defined(__x86_64__)
+    EXPECT_EQ(chosen(large), dot && __builtin_cpu_is("amd") ? "cpu_bf16_dot" : "cpu_gather_gemm");
+#endif
   }
   // Without AMX, short batches (up to 16 rows) read the weight in place on the dot kernel, whether
   // or not the reduction is whole 32-element vectors; strided x is gathered once, so it does not

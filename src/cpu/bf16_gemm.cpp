@@ -105,6 +105,10 @@ constexpr std::int64_t kDotDirectRows = 16;
 // than on AMX's direct path: 0.87 of its time at (32, 1, 128, 4096), eager PyTorch's the
 // yardstick; not so at 512 KB (the GPU host's Xeon, docs/PERFORMANCE.md, "Short batches on AMX").
 constexpr std::int64_t kDotBeatsAmxWeightBytes = std::int64_t{1} << 20;
+// Where the dot kernel issues slower than the float32 FMA (bf16_dot_packed_beats_engine), its
+// packed path still beats the engine on fewer rows than this, or this little work.
+constexpr std::int64_t kDotPackedBeatsEngineRows = 32;
+constexpr double kDotPackedBeatsEngineFlops = 4e6;
 
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
@@ -845,6 +849,23 @@ std::string bf16_dot_why_not(const Problem& p) {
 bool bf16_dot_reads_weight_in_place(const Problem& p) {
   return p.dtype == DType::bfloat16 && p.weight_stride_c == 1 && p.B <= kDotDirectRows &&
          p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes;
+}
+
+// AMD's Zen 4 issues a 512-bit VDPBF16PS (32 multiply-adds) as often as a 512-bit FMA (16): the
+// packed dot kernel took about half the float32 engine's time there. An Intel Emerald Rapids VM
+// without AMX issued it at a quarter of its FMA rate (1.3 against 5.0 G instructions/s per core):
+// there the dot kernel took 1.1-1.7x the engine's time from 48 rows and 15 MFLOP up, but still
+// 0.8-0.95x below 32 rows, where the engine packs a float32 copy of the weight for few rows, and at
+// 32 to 256 rows of small problems (up to 4 MFLOP, the engine's unpacked path) 0.6-0.8x
+// (docs/PERFORMANCE.md, "bfloat16 on an Intel processor without AMX").
+bool bf16_dot_packed_beats_engine(const Problem& p) {
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd || p.B < kDotPackedBeatsEngineRows || p.flops() <= kDotPackedBeatsEngineFlops;
+#else
+  (void)p;
+  return false;
+#endif
 }
 
 bool bf16_dot_beats_amx(const Problem& p) {

@@ -44,8 +44,9 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 // bfloat16: AMX where the processor has it (it won from the seed problem up, and reads the weight
 // in place for short batches; measured in docs/PERFORMANCE.md), but where a single row streams a
 // large weight, AVX512-BF16 dot products (bf16_dot_beats_amx). Else AVX512-BF16 dot products for
-// short batches (the weight in place, x gathered once) and where its packing has a fast path for
-// both operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
+// short batches (the weight in place, x gathered once), and, on processors where they outrun the
+// float32 engine (bf16_dot_packed_beats_engine), where its packing has a fast path for both
+// operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
 // backward's grad_y^T), and the weight's rows, or its columns (the backward's transposed views),
 // along a unit stride. Else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {
@@ -53,7 +54,9 @@ const KernelEntry& choose_kernel(const Problem& p, const Options&) {
   if (amx_bf16_why_not(p).empty()) return dot && bf16_dot_beats_amx(p) ? kKernels[1] : kKernels[0];
   const bool x_packs_fast = (p.x_stride_h == 1 && p.H % 2 == 0) || p.x_stride_b == 1;
   const bool weight_packs_fast = p.weight_stride_c == 1 || p.weight_stride_k == 1;
-  if (dot && (bf16_dot_reads_weight_in_place(p) || (x_packs_fast && weight_packs_fast))) return kKernels[1];
+  if (dot && (bf16_dot_reads_weight_in_place(p) ||
+              (bf16_dot_packed_beats_engine(p) && x_packs_fast && weight_packs_fast)))
+    return kKernels[1];
   return kKernels[2];
 }
 
