@@ -244,7 +244,20 @@ void pack_gathered_rows_to_line(const Problem& p, std::int64_t b, Acc* __restric
   const In* x = static_cast<const In*>(p.x) + b * p.x_stride_b;
   for (std::int64_t r = 0; r < p.R; ++r) {
     std::int64_t h = 0;
-#if GATHER_GEMM_AVX2
+    // 16-bit slices widened a vector at a time: one at a time, the gather had taken about two
+    // thirds of a float16 seed-sized call on AVX-512.
+#if GATHER_GEMM_AVX512
+    if constexpr (kLoads16AsFloat<In> && !std::is_same_v<In, float>)
+      if (p.x_stride_h == 1) {
+        for (; h + 16 <= p.H; h += 16) _mm512_storeu_ps(out + r * p.H + h, load16_as_float(x + r * p.x_stride_r + h));
+        if (h < p.H) {
+          const int rest = static_cast<int>(p.H - h);
+          _mm512_mask_storeu_ps(out + r * p.H + h, static_cast<__mmask16>((1u << rest) - 1),
+                                load_first_as_float(x + r * p.x_stride_r + h, rest));
+          h = p.H;
+        }
+      }
+#elif GATHER_GEMM_AVX2
     if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>)
       if (p.x_stride_h == 1)
         for (; h + 8 <= p.H; h += 8) _mm256_storeu_ps(out + r * p.H + h, load8_as_float(x + r * p.x_stride_r + h));
@@ -625,10 +638,18 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
         std::memcpy(&row, sums + i * KT, sizeof(Quad));
         row += bias4;
         In* out = y + (b0 + i) * p.y_stride_b + k0;
-        if constexpr (std::is_same_v<In, float>)
+        if constexpr (std::is_same_v<In, float>) {
           std::memcpy(out, &row, sizeof(Quad));
-        else
+        } else {
+#if GATHER_GEMM_AVX512
+          const __m128i rounded = _mm256_castsi256_si128(round16_from_float<In>(_mm512_zextps128_ps512(row)));
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(out), rounded);
+#elif GATHER_GEMM_AVX2
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(out), round8_from_float<In>(_mm256_zextps128_ps256(row)));
+#else
           for (int j = 0; j < KT; ++j) out[j] = store_as<In>(row[j]);
+#endif
+        }
       }
       return;
     }
@@ -669,6 +690,16 @@ void single_row_tile(const Problem& p, const Acc* row, std::int64_t k0, int kt) 
   lane_sums<Acc, Vec, KT>(acc, sums);
   const In* bias = static_cast<const In*>(p.bias);
   In* y = static_cast<In*>(p.y);
+  if constexpr (!std::is_same_v<In, Acc>)
+    if (summed == p.RH && p.y_stride_k == 1) {  // 16-bit outputs rounded a vector at a time
+#if GATHER_GEMM_AVX512
+      round_row_from_float(sums, bias == nullptr ? nullptr : bias + k0, y + k0, kt);
+      return;
+#elif GATHER_GEMM_AVX2
+      round_row8_from_float(sums, bias == nullptr ? nullptr : bias + k0, y + k0, kt);
+      return;
+#endif
+    }
   for (int j = 0; j < kt; ++j) {
     Acc sum = sums[j];
     for (std::int64_t t = summed; t < p.RH; ++t) sum += row[t] * load_as<Acc>(w[j][t]);
