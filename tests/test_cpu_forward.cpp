@@ -235,14 +235,15 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
   }
   // Without AMX, short batches (up to 16 rows) read the weight in place on the dot kernel, whether
   // or not the reduction is whole 32-element vectors; strided x is gathered once, so it does not
-  // matter there. AMX has a direct path of its own, and takes every bfloat16 problem but single
-  // rows against a weight of 1 MB or more.
+  // matter there. AMX has a direct path of its own, and takes every bfloat16 problem of 5 rows or
+  // more.
   if (cpu::bf16_dot_supported()) {
     const std::string kernel = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_bf16_dot";
     EXPECT_EQ(chosen({{8, 1, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
     EXPECT_EQ(chosen({{8, 1, 63, 1056}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");
-    EXPECT_EQ(chosen({{8, 1, 64, 512}, DType::bfloat16, Layout::strided, true}), kernel);
-    EXPECT_EQ(chosen({{8, 2, 64, 1024}, DType::bfloat16, Layout::strided, true}), kernel);
+    EXPECT_EQ(chosen({{8, 1, 64, 512}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen({{8, 4, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen({{8, 5, 64, 1024}, DType::bfloat16, Layout::strided, true}), kernel);
     EXPECT_EQ(chosen({{8, 16, 64, 1024}, DType::bfloat16, Layout::strided, false}), kernel);
     if (!cpu::amx_bf16_supported()) {
       EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");  // whole vectors

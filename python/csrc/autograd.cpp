@@ -60,15 +60,17 @@ variable_list composed_gradients(const at::Tensor& grad_y, const at::Tensor& x, 
 }
 
 // Whether the library's CPU backward in bfloat16 runs on AMX tiles: where the forward's
-// dispatcher picks its AMX kernel (asked once, of a 1 x 1 x 1 problem).
+// dispatcher picks its AMX kernel (asked once, of a 1 x 64 x 1 problem: up to 4 rows go to the
+// AVX512-BF16 dot kernel even where AMX is there).
 bool cpu_bfloat16_backward_on_amx() {
   static const bool on_amx = [] {
-    static std::uint16_t x[1], weight[1], y[1];  // distinct: validation refuses an output over an input
+    constexpr std::int64_t kRows = 64;
+    static std::uint16_t x[kRows], weight[1], y[kRows];  // distinct: validation refuses an output over an input
     namespace gl = gather_linear;
     const auto view = [](const std::uint16_t* data, std::initializer_list<std::int64_t> sizes) {
       return gl::TensorView::contiguous(data, gl::DType::bfloat16, gl::Device::cpu(), sizes);
     };
-    return gl::select_kernel(view(x, {1, 1, 1}), view(weight, {1, 1}), std::nullopt, view(y, {1, 1})) ==
+    return gl::select_kernel(view(x, {1, kRows, 1}), view(weight, {1, 1}), std::nullopt, view(y, {kRows, 1})) ==
            "cpu_amx_bf16";
   }();
   return on_amx;

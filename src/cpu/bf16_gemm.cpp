@@ -101,10 +101,12 @@ constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered 
 // 0.49-0.55x the time of the float32 engine, which had taken those at B = 9 to 16 on weights
 // under 128 KB (docs/PERFORMANCE.md, "The bfloat16 dot kernel's tail as masked loads").
 constexpr std::int64_t kDotDirectRows = 16;
-// Where AMX is there too, a single row against a weight this large still streams it faster here
-// than on AMX's direct path: 0.87 of its time at (32, 1, 128, 4096), eager PyTorch's the
-// yardstick; not so at 512 KB (the GPU host's Xeon, docs/PERFORMANCE.md, "Short batches on AMX").
-constexpr std::int64_t kDotBeatsAmxWeightBytes = std::int64_t{1} << 20;
+// Where AMX is there too, up to this many rows still stream the weight faster here than on AMX's
+// direct path: the dot kernel took 0.34-0.68x AMX's time at B = 1 (14 KB to 64 MB of weight),
+// 0.50x at B = 2 and 0.80-0.88x at B = 4, but 1.21x at B = 8 (the GPU host's Xeon, 16 threads,
+// timed call by call in one process: docs/PERFORMANCE.md, "bfloat16 on an Intel processor without
+// AMX"). It had been measured against eager PyTorch's time before, a single row only from 1 MB.
+constexpr std::int64_t kDotBeatsAmxRows = 4;
 // Where the dot kernel issues slower than the float32 FMA (bf16_dot_packed_beats_engine), its
 // packed path still beats the engine on fewer rows than this, or this little work.
 constexpr std::int64_t kDotPackedBeatsEngineRows = 32;
@@ -869,7 +871,7 @@ bool bf16_dot_packed_beats_engine(const Problem& p) {
 }
 
 bool bf16_dot_beats_amx(const Problem& p) {
-  return bf16_dot_reads_weight_in_place(p) && p.B == 1 && p.weight_bytes() >= kDotBeatsAmxWeightBytes;
+  return bf16_dot_reads_weight_in_place(p) && p.B <= kDotBeatsAmxRows;
 }
 
 void run_bf16_dot(const Problem& p) {

@@ -38,8 +38,7 @@ bool bf16_dot_supported();
 // True where run_bf16_dot takes its direct path for `p`: a short batch against a weight with a unit
 // inner stride, each weight row read once in place rather than packed.
 bool bf16_dot_reads_weight_in_place(const Problem& p);
-// True where that direct path also beats AMX's (measured where both exist): a single row against a
-// weight of 1 MB or more.
+// True where that direct path also beats AMX's (measured where both exist): up to 4 rows.
 bool bf16_dot_beats_amx(const Problem& p);
 // True where the dot kernel's packed path outruns the float32 engine on bfloat16 widened to float32:
 // on processors whose VDPBF16PS issues as often as their float32 FMA (AMD's) always, elsewhere on
