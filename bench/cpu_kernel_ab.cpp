@@ -1,26 +1,23 @@
 // Times two of this build's CPU kernels (or "auto", the dispatcher's choice) against each other
-// call by call in one process, through gather_linear::forward: on a shared VM separate runs
-// minutes apart differ by 20-30%, while alternating calls see the same machine (the order inside a
-// pair alternates too). One CSV row a problem: its kernel times (medians) and quartiles of the
+// call by call in one process, through gather_linear::forward (alternating_pairs.hpp says why).
+// One CSV row a problem: its kernel times (medians) and quartiles of the
 // per-pair ratio time_b / time_a; "same" where both wrote the same bits.
 //
 //   cpu_kernel_ab KERNEL_A KERNEL_B R,B,H,K[,f32|f16|bf16[,contiguous|head-major]] ... [--pairs N]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "core/numeric.hpp"
+#include "alternating_pairs.hpp"
 #include "gather_linear/gather_linear.hpp"
 
 namespace {
 
 using namespace gather_linear;
+using bench::quantile;
 
 struct Problem {
   std::int64_t R = 0, B = 0, H = 0, K = 0;
@@ -38,25 +35,12 @@ Problem parse(const std::string& spec) {
   return p;
 }
 
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
-}
-
 void compare(const std::string& kernel_a, const std::string& kernel_b, const Problem& s, int pairs) {
   const DType dtype = s.dtype == "f16" ? DType::float16 : s.dtype == "bf16" ? DType::bfloat16 : DType::float32;
   const std::size_t size = dtype_size(dtype);
   std::vector<std::byte> x(s.R * s.B * s.H * size), w(s.K * s.R * s.H * size), bias(s.K * size);
   std::vector<std::byte> y_a(s.B * s.K * size), y_b(s.B * s.K * size);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<double> uniform(-1, 1);
-  visit_floating_dtype(dtype, [&]<class T>() {
-    for (auto* v : {&x, &w, &bias})
-      for (std::size_t i = 0; i < v->size() / sizeof(T); ++i) {
-        const T t = store_as<T>(uniform(rng));
-        std::memcpy(v->data() + i * sizeof(T), &t, sizeof(T));
-      }
-  });
+  bench::fill_uniform(dtype, {&x, &w, &bias});
   const Device cpu = Device::cpu();
   // head-major: x's buffer is (B, R, H), viewed as (R, B, H), as an attention output is.
   const TensorView xv = s.layout == "head-major"
@@ -68,31 +52,14 @@ void compare(const std::string& kernel_a, const std::string& kernel_b, const Pro
   const TensorView yb = TensorView::contiguous(y_b.data(), dtype, cpu, {s.B, s.K});
   Options options_a, options_b;
   options_a.kernel = kernel_a, options_b.kernel = kernel_b;
-  const auto time_us = [&](const TensorView& y, const Options& options) {
-    const auto start = std::chrono::steady_clock::now();
-    forward(xv, wv, bv, y, options);
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  };
-  time_us(ya, options_a);  // warm-up: scratch buffers, threads
-  time_us(yb, options_b);
+  const bench::PairTimes t = bench::time_alternating_pairs(
+      pairs, [&] { forward(xv, wv, bv, ya, options_a); }, [&] { forward(xv, wv, bv, yb, options_b); });
   const bool same = y_a == y_b;
-  std::vector<double> ta, tb, ratio;
-  for (int i = 0; i < pairs; ++i) {
-    double a = 0, b = 0;
-    if (i % 2 == 0) {
-      a = time_us(ya, options_a);
-      b = time_us(yb, options_b);
-    } else {
-      b = time_us(yb, options_b);
-      a = time_us(ya, options_a);
-    }
-    ta.push_back(a), tb.push_back(b), ratio.push_back(b / a);
-  }
   std::printf("%lld,%lld,%lld,%lld,%s,%s,%s,%s,%d,%.1f,%.1f,%.3f,%.3f,%.3f,%s\n", (long long)s.R, (long long)s.B,
               (long long)s.H, (long long)s.K, s.dtype.c_str(), s.layout.c_str(),
               std::string(select_kernel(xv, wv, bv, ya, options_a)).c_str(),
-              std::string(select_kernel(xv, wv, bv, yb, options_b)).c_str(), pairs, quantile(ta, 0.5),
-              quantile(tb, 0.5), quantile(ratio, 0.25), quantile(ratio, 0.5), quantile(ratio, 0.75),
+              std::string(select_kernel(xv, wv, bv, yb, options_b)).c_str(), pairs, quantile(t.a_us, 0.5),
+              quantile(t.b_us, 0.5), quantile(t.ratio, 0.25), quantile(t.ratio, 0.5), quantile(t.ratio, 0.75),
               same ? "same" : "different");
   std::fflush(stdout);
 }
