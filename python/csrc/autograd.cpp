@@ -79,8 +79,11 @@ bool cpu_bfloat16_backward_on_amx() {
 // Whether the library's CPU backward beats ATen's composition in this dtype on this processor
 // (all three gradients, 2-core VMs; docs/PERFORMANCE.md, "The CPU backward by processor"):
 // - bfloat16 where the library runs it on AMX tiles: 0.67-1.00x ATen's time (oneDNN on the same
-//   tiles; backward_variants_op_cpu_amx_run5.csv, _run6.csv). On AVX512-BF16 dot products without
-//   AMX (AMD Zen 4) it took 1.03-1.13x (backward_variants_op_cpu_zen4_run2.csv).
+//   tiles; backward_variants_op_cpu_amx_run5.csv, _run6.csv). On Intel's processors with
+//   AVX512-BF16 but no AMX, whose VDPBF16PS ATen's GEMMs use at a quarter of the FMA's issue rate
+//   while the library's larger GEMMs run on float32 FMAs: 0.51-0.69x (an Emerald Rapids VM,
+//   backward_variants_op_cpu_emr.csv). On AVX512-BF16 dot products without AMX on AMD's (Zen 4)
+//   it took 1.03-1.13x (backward_variants_op_cpu_zen4_run2.csv).
 // - float16 where the processor lacks AVX512-FP16: ATen's float16 GEMMs then took 41-96x the op's
 //   time (Zen 4, backward_variants_op_cpu_zen4_run1.csv). With it (Intel Sapphire Rapids) the op
 //   took 1.05-1.33x (backward_variants_op_cpu_amx_run9.csv, _run10.csv).
@@ -97,7 +100,9 @@ bool cpu_backward_pays(at::ScalarType dtype) {
            ((edx >> 23) & 1u) != 0;
   };
   switch (dtype) {
-    case at::kBFloat16: return cpu_bfloat16_backward_on_amx();
+    case at::kBFloat16:
+      return cpu_bfloat16_backward_on_amx() ||
+             (__builtin_cpu_is("intel") && __builtin_cpu_supports("avx512bf16"));
     case at::kHalf: {
       static const bool has_fp16 = has_avx512_fp16();
       return !has_fp16;

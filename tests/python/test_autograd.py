@@ -284,11 +284,11 @@ def _cpu_flags_and_vendor():
 
 
 def _cpu_backward_through_the_op(dtype):
-    # python/csrc/autograd.cpp, cpu_backward_pays: bfloat16 on AMX tiles, float16 without
-    # AVX512-FP16, float32 on AMD's processors with AVX-512.
+    # python/csrc/autograd.cpp, cpu_backward_pays: bfloat16 on AMX tiles or Intel's AVX512-BF16,
+    # float16 without AVX512-FP16, float32 on AMD's processors with AVX-512.
     flags, vendor = _cpu_flags_and_vendor()
     if dtype == torch.bfloat16:
-        return {"amx_bf16", "amx_tile"} <= flags
+        return {"amx_bf16", "amx_tile"} <= flags or (vendor == "GenuineIntel" and "avx512_bf16" in flags)
     if dtype == torch.float16:
         return "avx512_fp16" not in flags
     return dtype == torch.float32 and vendor == "AuthenticAMD" and "avx512f" in flags
