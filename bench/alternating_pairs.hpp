@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 

@@ -80,8 +80,8 @@ bool cpu_bfloat16_backward_on_amx() {
 // (all three gradients, 2-core VMs; docs/PERFORMANCE.md, "The CPU backward by processor"):
 // - bfloat16 where the library runs it on AMX tiles: 0.67-1.00x ATen's time (oneDNN on the same
 //   tiles; backward_variants_op_cpu_amx_run5.csv, _run6.csv). On Intel's processors with
-//   AVX512-BF16 but no AMX, whose VDPBF16PS ATen's GEMMs use at a quarter of the FMA's issue rate
-//   while the library's larger GEMMs run on float32 FMAs: 0.51-0.69x (an Emerald Rapids VM,
+//   AVX512-BF16 but no AMX, whose cores issue VDPBF16PS at a quarter of their FMA rate (the
+//   library's larger GEMMs there run on float32 FMAs): 0.51-0.69x (an Emerald Rapids VM,
 //   backward_variants_op_cpu_emr.csv). On AVX512-BF16 dot products without AMX on AMD's (Zen 4)
 //   it took 1.03-1.13x (backward_variants_op_cpu_zen4_run2.csv).
 // - float16 where the processor lacks AVX512-FP16: ATen's float16 GEMMs then took 41-96x the op's

@@ -853,12 +853,12 @@ bool bf16_dot_reads_weight_in_place(const Problem& p) {
          p.B * p.RH * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes;
 }
 
-// AMD's Zen 4 issues a 512-bit VDPBF16PS (32 multiply-adds) as often as a 512-bit FMA (16): the
-// packed dot kernel took about half the float32 engine's time there. An Intel Emerald Rapids VM
-// without AMX issued it at a quarter of its FMA rate (1.3 against 5.0 G instructions/s per core):
-// there the dot kernel took 1.1-1.7x the engine's time from 48 rows and 15 MFLOP up, but still
-// 0.8-0.95x below 32 rows, where the engine packs a float32 copy of the weight for few rows, and at
-// 32 to 256 rows of small problems (up to 4 MFLOP, the engine's unpacked path) 0.6-0.8x
+// On AMD's Zen 4 the packed dot kernel took about half the float32 engine's time. An Intel Emerald
+// Rapids VM without AMX issued a 512-bit VDPBF16PS (32 multiply-adds) at a quarter of its 512-bit
+// FMA rate (1.3 against 5.0 G instructions/s per core, bench/cpu_issue_rates.cpp): there the dot
+// kernel took 1.0-1.7x the engine's time from 48 rows and 15 MFLOP up, but still 0.78-0.95x below
+// 32 rows, where the engine packs a float32 copy of the weight for few rows, and 0.61-0.80x at 32
+// to 256 rows of small problems (up to 4 MFLOP; then all on the engine's unpacked path)
 // (docs/PERFORMANCE.md, "bfloat16 on an Intel processor without AMX").
 bool bf16_dot_packed_beats_engine(const Problem& p) {
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS

@@ -42,11 +42,11 @@ const KernelEntry kKernels[] = {
 std::span<const KernelEntry> kernels() { return kKernels; }
 
 // bfloat16: AMX where the processor has it (it won from the seed problem up, and reads the weight
-// in place for short batches; measured in docs/PERFORMANCE.md), but for up to 4 rows, which stream
-// the weight faster on AVX512-BF16 dot products (bf16_dot_beats_amx). Else AVX512-BF16 dot products for
-// short batches (the weight in place, x gathered once), and, on processors where they outrun the
-// float32 engine (bf16_dot_packed_beats_engine), where its packing has a fast path for both
-// operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
+// in place for short batches; measured in docs/PERFORMANCE.md), but for up to 4 rows, which
+// stream the weight faster on AVX512-BF16 dot products (bf16_dot_beats_amx). Else AVX512-BF16 dot
+// products for short batches (the weight in place, x gathered once), and, on processors where they
+// outrun the float32 engine (bf16_dot_packed_beats_engine), where its packing has a fast path for
+// both operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
 // backward's grad_y^T), and the weight's rows, or its columns (the backward's transposed views),
 // along a unit stride. Else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {

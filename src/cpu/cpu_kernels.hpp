@@ -41,8 +41,8 @@ bool bf16_dot_reads_weight_in_place(const Problem& p);
 // True where that direct path also beats AMX's (measured where both exist): up to 4 rows.
 bool bf16_dot_beats_amx(const Problem& p);
 // True where the dot kernel's packed path outruns the float32 engine on bfloat16 widened to float32:
-// on processors whose VDPBF16PS issues as often as their float32 FMA (AMD's) always, elsewhere on
-// few rows or little work.
+// on AMD's processors always, on Intel's (VDPBF16PS at a quarter of the FMA's issue rate) for few
+// rows or little work.
 bool bf16_dot_packed_beats_engine(const Problem& p);
 
 // Exact reference: y_ref[b*K + k] in double precision, single-threaded, from the definition.

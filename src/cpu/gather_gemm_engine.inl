@@ -244,8 +244,9 @@ void pack_gathered_rows_to_line(const Problem& p, std::int64_t b, Acc* __restric
   const In* x = static_cast<const In*>(p.x) + b * p.x_stride_b;
   for (std::int64_t r = 0; r < p.R; ++r) {
     std::int64_t h = 0;
-    // 16-bit slices widened a vector at a time: one at a time, the gather had taken about two
-    // thirds of a float16 seed-sized call on AVX-512.
+    // 16-bit slices widened a vector at a time: with the epilogues' vector rounding, a float16
+    // seed-sized call went from 11.2 to 4.0 us on AVX-512 (docs/PERFORMANCE.md, "The direct
+    // path's 16-bit vectors").
 #if GATHER_GEMM_AVX512
     if constexpr (kLoads16AsFloat<In> && !std::is_same_v<In, float>)
       if (p.x_stride_h == 1) {
