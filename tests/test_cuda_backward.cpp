@@ -69,7 +69,7 @@ const Shape kShapes[] = {
     {0, 4, 8, 5},      {3, 4, 0, 5},      {3, 0, 8, 5},     {3, 4, 8, 0},    {2, 257, 8, 65},
     {4, 513, 64, 128}, {3, 128, 16, 128}, {2, 33, 130, 20},  // the last: slices batched over r
 };
-const DType kDtypes[] = {DType::float32, DType::float16, DType::bfloat16};
+const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16};
 
 class CudaBackwardSweep : public CudaBackwardTest, public ::testing::WithParamInterface<BackwardCase> {};
 
@@ -82,7 +82,7 @@ INSTANTIATE_TEST_SUITE_P(Sweep, CudaBackwardSweep, ::testing::ValuesIn(all_backw
 TEST_F(CudaBackwardTest, LargeShapesAndTheConcatenatedForm) {
   const Shape shapes[] = {{4, 4096, 64, 64}, {8, 1024, 128, 1024}, {2, 4096, 64, 256}};
   for (const Shape& s : shapes)
-    for (DType dtype : {DType::float32, DType::bfloat16})
+    for (DType dtype : {DType::float32, DType::float64, DType::bfloat16})
       for (auto layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::b_unit})
         expect_backward_accurate({s, dtype, layout, layout});
 }
@@ -106,7 +106,7 @@ TEST_F(CudaBackwardTest, EveryFormForced) {
       {BackwardLayout::head_major, InputGradientForm::split, WeightGradientForm::concatenated, "split, concatenated"},
   };
   for (const Shape& s : {Shape{3, 40, 16, 24}, Shape{2, 33, 130, 20}, Shape{4, 300, 8, 600}})
-    for (DType dtype : {DType::float32, DType::bfloat16})
+    for (DType dtype : {DType::float32, DType::float64, DType::bfloat16})
       for (const Forced& f : forced) {
         const BackwardCase c{s, dtype, f.layout, f.layout};
         BackwardOperands o = make_backward_operands(c, 21);
@@ -132,7 +132,7 @@ TEST_F(CudaBackwardTest, Tf32WhenAllowed) {
 
 // Weight rows that overlap (stride 0: one row shared by every k) are read through a copy.
 TEST_F(CudaBackwardTest, OverlappingWeightRows) {
-  for (DType dtype : {DType::float32, DType::bfloat16}) {
+  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
     const BackwardCase c{{3, 40, 8, 20}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
     BackwardOperands o = make_backward_operands(c, 5);
     o.weight = HostTensor(dtype, {20, 24}, {0, 1});
@@ -184,7 +184,7 @@ TEST_F(CudaBackwardTest, UnreadInputsMayComeWithoutData) {
 // Only the bias gradient: no cuBLAS, so racecheck sees the column sums alone. K = 128 rows are
 // read 16 bytes at a time, K = 130 rows (not 16-byte multiples) an element at a time.
 TEST_F(CudaBackwardTest, BiasGradientAlone) {
-  for (DType dtype : {DType::float32, DType::bfloat16})
+  for (DType dtype : {DType::float32, DType::float64, DType::bfloat16})
     for (std::int64_t K : {128, 130})
       for (std::int64_t B : {1, 255, 256, 257, 3000}) {
         const BackwardCase c{{2, B, 4, K}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
@@ -194,9 +194,9 @@ TEST_F(CudaBackwardTest, BiasGradientAlone) {
         CUDA_ASSERT(cudaDeviceSynchronize());
         d.download(o);
         const BackwardProblem p = validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
-        // float32 sums; bfloat16 adds its rounding of each sum (2^-9 of it at most)
+        // float32 (float64: double) sums; bfloat16 adds its rounding of each sum (2^-9 of it at most)
         EXPECT_LE(relative_error_of_view(o.grad_bias, cpu::reference_backward(p).bias),
-                  dtype == DType::float32 ? 1e-5 : 4e-3)
+                  dtype == DType::bfloat16 ? 4e-3 : exact_tolerance(dtype))
             << c;
       }
 }

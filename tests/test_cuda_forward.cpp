@@ -37,9 +37,9 @@ constexpr const char* kWeightStream = "cuda_weight_stream";
 
 // The tensor-core kernel copies 16-byte chunks: it runs exactly when H is a multiple of the
 // chunk and x and W start on chunk boundaries, with no padding or strides that break chunks
-// (every layout but `strided` and `misaligned`).
+// (every layout but `strided` and `misaligned`); float64 has no tensor-core kernel.
 bool mma_can_run(const Case& c) {
-  return c.layout != Layout::strided && c.layout != Layout::misaligned &&
+  return c.dtype != DType::float64 && c.layout != Layout::strided && c.layout != Layout::misaligned &&
          c.shape.H % static_cast<std::int64_t>(16 / dtype_size(c.dtype)) == 0;
 }
 // The weight-streaming kernel reads 16-byte chunks too, of up to 16 rows.
@@ -95,12 +95,12 @@ double rounding_unit(DType dtype, Fp32Precision precision) {
   return precision == Fp32Precision::tf32 ? 0x1p-8 : 0.0;
 }
 
-// The relative error a fused result may have on c: float32, exact-float32 accuracy (1e-5);
-// float16/bfloat16 (and TF32), at most twice the unfused baseline's own error on the same inputs
-// (in TF32 for TF32) plus one rounding unit.
+// The relative error a fused result may have on c: float32 and float64, their own accuracy (1e-5,
+// 1e-12); float16/bfloat16 (and TF32), at most twice the unfused baseline's own error on the same
+// inputs (in TF32 for TF32) plus one rounding unit.
 double accuracy_limit(const Case& c, Fp32Precision precision) {
   const bool tf32 = c.dtype == DType::float32 && precision == Fp32Precision::tf32;
-  if (!is_low_precision(c.dtype) && !tf32) return 1e-5;
+  if (!is_low_precision(c.dtype) && !tf32) return exact_tolerance(c.dtype);
   return 2 * cuda_error_of(c, options_for(kBaseline, precision)) + rounding_unit(c.dtype, precision);
 }
 
@@ -118,7 +118,7 @@ const Shape kShapes[] = {
     {1, 64, 16, 64},   {1, 65, 16, 65},    {2, 127, 8, 129},  {3, 128, 16, 128},  {1, 129, 17, 127},
     {4, 257, 15, 100}, {2, 300, 40, 260},  {5, 200, 12, 190}, {3, 191, 4, 66},    {16, 70, 8, 33},
 };
-const DType kDtypes[] = {DType::float32, DType::float16, DType::bfloat16};
+const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16};
 const Layout kLayouts[] = {Layout::contiguous, Layout::head_major, Layout::strided, Layout::broadcast_rows,
                            Layout::misaligned};
 
@@ -140,14 +140,17 @@ TEST_P(CudaForwardSweep, EveryKernel) {
         ADD_FAILURE() << c << ": " << kernel << " accepted a problem it cannot run";
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
-        if (std::string(kernel) == kMma)
-          EXPECT_NE(std::string(e.what()).find("needs 16-byte chunks"), std::string::npos) << e.what();
+        const std::string why = c.dtype == DType::float64 ? "supports float32, float16 and bfloat16, got float64"
+                                                          : "needs 16-byte chunks";
+        if (std::string(kernel) == kMma || c.dtype == DType::float64)
+          EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
       }
       continue;
     }
     expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
   }
-  EXPECT_LE(cuda_error_of(c, options_for(kBaseline)), is_low_precision(c.dtype) ? 1e-2 : 1e-5) << c << " baseline";
+  EXPECT_LE(cuda_error_of(c, options_for(kBaseline)), is_low_precision(c.dtype) ? 1e-2 : exact_tolerance(c.dtype))
+      << c << " baseline";
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, CudaForwardSweep, ::testing::ValuesIn(all_cases(kShapes, kDtypes, kLayouts)),
@@ -160,7 +163,7 @@ TEST_F(CudaTest, LargeGrids) {
                           {8, 256, 512, 256},  // a 4096-long reduction
                           {1, 16, 64, 65536},  {2, 9, 32, 40000}};
   for (const Shape& s : shapes)
-    for (DType dtype : {DType::float32, DType::bfloat16}) {
+    for (DType dtype : {DType::float32, DType::float64, DType::bfloat16}) {
       const Case c{s, dtype, Layout::head_major, true};
       for (const char* kernel : kFusedKernels)
         if (can_run(kernel, c)) expect_accurate(c, options_for(kernel), cuda_error_of(c, options_for(kernel)));
@@ -521,17 +524,45 @@ TEST_F(CudaTest, EmptyViewsMayHoldAnyPointer) {
   CUDA_ASSERT(cudaDeviceSynchronize());
 }
 
-TEST_F(CudaTest, Float64IsRejectedOnCuda) {
-  const Case c{{2, 3, 4, 5}, DType::float64, Layout::contiguous, true};
-  Operands o = make_operands(c, 12);
-  DeviceOperands d(o);
-  for (const char* kernel : {"auto", "cuda_latency", kWeightStream, kMma, "cuda_simt_tiled", kBaseline}) {
-    try {
+// float64 runs on the CUDA-core kernels (their sums in double) and cuBLASLt's DGEMM; the
+// tensor-core kernels refuse it. The dispatcher takes the latency kernel for small problems,
+// unfused beyond, and the SIMT kernel where cuBLASLt cannot read the weight (one row shared by
+// every output: row stride 0).
+TEST_F(CudaTest, Float64RunsOnTheCudaCoreKernels) {
+  const auto operands = [](const Shape& s, bool shared_weight_row) {
+    const Case c{s, DType::float64, Layout::head_major, true};
+    Operands o = make_operands(c, 12);
+    if (shared_weight_row) {
+      o.weight = HostTensor(DType::float64, {s.K, s.R * s.H}, {0, 1});
+      o.weight.fill_uniform(13);
+    }
+    return std::pair(c, std::move(o));
+  };
+  struct Expected {
+    Shape shape;
+    bool shared_weight_row;
+    const char* chosen;
+  };
+  const Expected expected[] = {{{4, 12, 32, 56}, false, "cuda_latency"},
+                               {{8, 32, 64, 128}, false, kBaseline},  // R*H = 512: too long for it
+                               {{8, 1024, 128, 1024}, false, kBaseline},
+                               {{8, 1024, 128, 1024}, true, "cuda_simt_tiled"}};
+  for (const auto& [shape, shared_weight_row, chosen] : expected) {
+    auto [c, o] = operands(shape, shared_weight_row);
+    DeviceOperands d(o);
+    EXPECT_EQ(select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for("auto")), chosen)
+        << c << (shared_weight_row ? " shared weight row" : "");
+    for (const char* kernel : {kWeightStream, kMma, "cuda_gett_sm90"})
+      expect_library_error([&] { d.forward(options_for(kernel)); }, "options.kernel", "got float64",
+                           ErrorCode::unsupported);
+    for (const char* kernel : {"auto", "cuda_latency", "cuda_simt_tiled", kBaseline}) {
+      if (shared_weight_row && kernel == std::string(kBaseline)) continue;  // refused: cuBLASLt cannot read it
+      Operands fresh = operands(shape, shared_weight_row).second;
+      d.y.upload(fresh.y);  // poisoned again
       d.forward(options_for(kernel));
-      ADD_FAILURE() << kernel << " accepted float64";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
-      EXPECT_NE(std::string(e.what()).find("float64 is not supported on CUDA"), std::string::npos) << e.what();
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      const double err = downloaded_error(fresh, d);
+      EXPECT_LE(err, exact_tolerance(DType::float64)) << c << " kernel " << kernel;
     }
   }
 }

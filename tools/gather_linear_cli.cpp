@@ -49,7 +49,7 @@ constexpr const char* kUsage =
     "usage: gather-linear [options]\n"
     "  --shape R,B,H,K        problem size (default 4,12,32,56: the seed problem)\n"
     "  --R N --B N --H N --K N  set one size\n"
-    "  --dtype f32|f16|bf16|f64 (default f32; f64 on the CPU only)\n"
+    "  --dtype f32|f16|bf16|f64 (default f32)\n"
     "  --tf32                 allow TF32 for float32 on the GPU (default: exact float32)\n"
     "  --device auto|cpu|cuda (default auto: the GPU if one is present)\n"
     "  --kernel NAME          force a kernel (default auto; see --list-kernels)\n"

@@ -115,8 +115,6 @@ BackwardProblem resolve_backward(const TensorView& grad_y, const TensorView& x, 
       cuda::check_device(p.forward);
     else
       cuda::check_device_arguments(p);
-    if (p.forward.dtype == DType::float64)
-      throw Error(ErrorCode::unsupported, "x", "float64 is not supported on CUDA");
     cuda::check_backward_supported(p);
   }
   return p;

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/kernel_registry.hpp"
 #include "cuda/backward.hpp"
@@ -40,7 +41,7 @@ template <class T>
 __global__ void zero_kernel(T* __restrict__ out, Strided3d view) {
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < view.elements();
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    out[view.offset(i)] = from_float<T>(0.f);
+    out[view.offset(i)] = from_accumulator<T>(0);
 }
 
 // Copies between two views of the same sizes.
@@ -67,37 +68,39 @@ __global__ void split_kernel(const T* __restrict__ in, std::int64_t B, std::int6
   }
 }
 
-// The bias gradient sums grad_y's columns in two passes: each split of the rows into a float32
-// partial sum, then the partial sums (the same kernel on a float32 matrix, one split). A block is
-// kSumLanes rows of 32 threads; each thread owns VEC adjacent columns (one 16-byte load per row
-// where the rows allow it) and sums every kSumLanes-th row of its block's split; the block then
-// adds its lanes in order. Neither that order nor the split depends on VEC, so both paths give
-// the same bits.
+// The bias gradient sums grad_y's columns in two passes: each split of the rows into a partial
+// sum (float32; double for float64), then the partial sums (the same kernel on that matrix, one
+// split). A block is kSumLanes rows of 32 threads; each thread owns VEC adjacent columns (one
+// 16-byte load per row where the rows allow it) and sums every kSumLanes-th row of its block's
+// split; the block then adds its lanes in order. Neither that order nor the split depends on
+// VEC, so both paths give the same bits.
 constexpr int kSumLanes = 8;
 constexpr int kSumThreadsPerRow = 32;
 
 template <class In, class Out, int VEC>
 __global__ void __launch_bounds__(kSumLanes* kSumThreadsPerRow)
     column_sums_kernel(const In* __restrict__ rows, std::int64_t ld, std::int64_t B, std::int64_t K,
-                       std::int64_t rows_per_split, float* __restrict__ partial, Out* __restrict__ out) {
+                       std::int64_t rows_per_split, Accumulator<Out>* __restrict__ partial, Out* __restrict__ out) {
+  using Acc = Accumulator<Out>;
+  static_assert(std::is_same_v<Accumulator<In>, Acc>, "the partial sums keep the output's accumulator");
   constexpr int kColumns = kSumThreadsPerRow * VEC;
-  __shared__ float lane_sums[kSumLanes][kColumns];
+  __shared__ Acc lane_sums[kSumLanes][kColumns];
   const std::int64_t first_column = static_cast<std::int64_t>(blockIdx.x) * kColumns;
   const std::int64_t k0 = first_column + threadIdx.x * VEC;
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
   const std::int64_t last = first + rows_per_split < B ? first + rows_per_split : B;
-  float sum[VEC] = {};
+  Acc sum[VEC] = {};
   if (k0 + VEC <= K) {
 #pragma unroll 8
     for (std::int64_t b = first + threadIdx.y; b < last; b += kSumLanes) {
-      float v[VEC];
-      load_as_float<In, VEC>(rows + b * ld + k0, v);
+      Acc v[VEC];
+      load_as_accumulator<In, VEC>(rows + b * ld + k0, v);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) sum[i] += v[i];
     }
   } else {  // the row's last, partial group
     for (std::int64_t b = first + threadIdx.y; b < last; b += kSumLanes)
-      for (int i = 0; i < VEC && k0 + i < K; ++i) sum[i] += to_float(rows[b * ld + k0 + i]);
+      for (int i = 0; i < VEC && k0 + i < K; ++i) sum[i] += to_accumulator(rows[b * ld + k0 + i]);
   }
 #pragma unroll
   for (int i = 0; i < VEC; ++i) lane_sums[threadIdx.y][threadIdx.x * VEC + i] = sum[i];
@@ -105,12 +108,12 @@ __global__ void __launch_bounds__(kSumLanes* kSumThreadsPerRow)
   for (int c = threadIdx.y * kSumThreadsPerRow + threadIdx.x; c < kColumns; c += kSumLanes * kSumThreadsPerRow) {
     const std::int64_t k = first_column + c;
     if (k >= K) break;
-    float total = lane_sums[0][c];
+    Acc total = lane_sums[0][c];
     for (int lane = 1; lane < kSumLanes; ++lane) total += lane_sums[lane][c];
     if (partial != nullptr)
       partial[blockIdx.y * K + k] = total;
     else
-      out[k] = from_float<Out>(total);
+      out[k] = from_accumulator<Out>(total);
   }
 }
 
@@ -118,7 +121,7 @@ __global__ void __launch_bounds__(kSumLanes* kSumThreadsPerRow)
 // into `partial` (a row per split) when there are several, else into `out`.
 template <class In, class Out>
 void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::int64_t K, std::int64_t rows_per_split,
-                        float* partial, Out* out, CudaStream stream) {
+                        Accumulator<Out>* partial, Out* out, CudaStream stream) {
   const auto launch = [&]<int VEC>() {
     const dim3 grid(static_cast<unsigned>((K + kSumThreadsPerRow * VEC - 1) / (kSumThreadsPerRow * VEC)),
                     static_cast<unsigned>((B + rows_per_split - 1) / rows_per_split));
@@ -134,14 +137,14 @@ void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::in
 }
 
 void zero(void* out, Strided3d view, const Problem& f, CudaStream stream) {
-  visit_device_dtype(f.dtype, [&]<class T>() {
+  visit_any_device_dtype(f.dtype, [&]<class T>() {
     zero_kernel<T><<<grid_stride_blocks(view.elements(), f.device.index), 256, 0, stream>>>(static_cast<T*>(out), view);
     check_launch("zero_kernel");
   });
 }
 
 void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, const Problem& f, CudaStream stream) {
-  visit_device_dtype(f.dtype, [&]<class T>() {
+  visit_any_device_dtype(f.dtype, [&]<class T>() {
     copy_kernel<T><<<grid_stride_blocks(out_view.elements(), f.device.index), 256, 0, stream>>>(
         static_cast<const T*>(in), in_view, static_cast<T*>(out), out_view);
     check_launch("copy_kernel");
@@ -178,7 +181,7 @@ void copy(const void* in, Strided3d in_view, void* out, Strided3d out_view, cons
 //     before; mean 1.014, worst 1.28 now.
 bool copy_beats_slices(const Problem& f, bool input_gradient) {
   const std::int64_t x_elements = f.B * f.RH;
-  if (f.dtype == DType::float32)
+  if (f.dtype == DType::float32 || f.dtype == DType::float64)  // float64: float32's rule, not measured apart
     return input_gradient ? f.K >= 512 : x_elements >= (std::int64_t{1} << 16) && (f.H < 128 || f.K < 1024);
   if (f.H >= 128) return false;
   if (input_gradient) {
@@ -288,7 +291,7 @@ void input_gradient(const BackwardProblem& p, InputGradientForm form, bool tf32,
   }
   run_gemm(g, f.device.index, scratch, stream);
   if (form == InputGradientForm::split)
-    visit_device_dtype(f.dtype, [&]<class T>() {
+    visit_any_device_dtype(f.dtype, [&]<class T>() {
       constexpr int kVec = kVec16<T>;
       const bool vectorizable = slices_vectorizable(p.grad_x, f.R, f.B, f.H, p.grad_x_stride_r, p.grad_x_stride_b,
                                                     p.grad_x_stride_h, kVec);
@@ -348,13 +351,14 @@ void bias_gradient(const BackwardProblem& p, std::byte* scratch, const ScratchLa
     return;
   }
   const ColumnSumSplit split = column_sum_split(f);
-  float* partial = split.splits > 1 ? reinterpret_cast<float*>(scratch + layout.partial) : nullptr;
-  visit_device_dtype(f.dtype, [&]<class T>() {
+  visit_any_device_dtype(f.dtype, [&]<class T>() {
+    using Acc = Accumulator<T>;
+    Acc* partial = split.splits > 1 ? reinterpret_cast<Acc*>(scratch + layout.partial) : nullptr;
     auto* grad_bias = static_cast<T*>(p.grad_bias);
     launch_column_sums(static_cast<const T*>(p.grad_y), p.grad_y_stride_b, f.B, f.K, split.rows, partial, grad_bias,
                        stream);
     if (partial != nullptr)
-      launch_column_sums(static_cast<const float*>(partial), f.K, split.splits, f.K, split.splits, nullptr, grad_bias,
+      launch_column_sums(static_cast<const Acc*>(partial), f.K, split.splits, f.K, split.splits, nullptr, grad_bias,
                          stream);
   });
 }
@@ -387,7 +391,8 @@ BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms)
   s.partial = at;
   if (p.grad_bias != nullptr && f.B > 0)
     if (const std::int64_t splits = column_sum_split(f).splits; splits > 1)
-      at += round_up_to_256(static_cast<std::size_t>(splits * f.K) * sizeof(float));
+      at += round_up_to_256(static_cast<std::size_t>(splits * f.K) *
+                            (f.dtype == DType::float64 ? sizeof(double) : sizeof(float)));
   s.total = at;
   return plan;
 }

@@ -34,7 +34,12 @@ cublasLtHandle_t cublaslt_handle(int device) {
 }
 
 cudaDataType_t cuda_data_type(DType dtype) {
-  return dtype == DType::float16 ? CUDA_R_16F : dtype == DType::bfloat16 ? CUDA_R_16BF : CUDA_R_32F;
+  switch (dtype) {
+    case DType::float16: return CUDA_R_16F;
+    case DType::bfloat16: return CUDA_R_16BF;
+    case DType::float64: return CUDA_R_64F;
+    default: return CUDA_R_32F;
+  }
 }
 
 int alignment_bytes(const void* p) {
@@ -98,7 +103,12 @@ std::shared_ptr<GemmPlan> make_plan(const StridedBatchedGemm& g, bool tf32, int 
                                     cublasLtHandle_t handle) {
   auto plan = std::make_shared<GemmPlan>();
   const cudaDataType_t type = cuda_data_type(g.dtype);
-  check_lt(cublasLtMatmulDescCreate(&plan->op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  // float64 computes and scales in double; every other dtype in float32 (TF32 where allowed).
+  const bool float64 = g.dtype == DType::float64;
+  const cublasComputeType_t compute = float64 ? CUBLAS_COMPUTE_64F
+                                      : tf32  ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                              : CUBLAS_COMPUTE_32F;
+  check_lt(cublasLtMatmulDescCreate(&plan->op, compute, float64 ? CUDA_R_64F : CUDA_R_32F),
            "cublasLtMatmulDescCreate");
   const auto set_op = [&](cublasLtMatmulDescAttributes_t attribute, const auto& value, const char* what) {
     check_lt(cublasLtMatmulDescSetAttribute(plan->op, attribute, &value, sizeof(value)), what);
@@ -163,9 +173,14 @@ std::shared_ptr<GemmPlan> plan_for(const StridedBatchedGemm& g, int device, cubl
 void run_gemm(const StridedBatchedGemm& g, int device, void* scratch, CudaStream stream) {
   const cublasLtHandle_t handle = cublaslt_handle(device);
   const std::shared_ptr<GemmPlan> plan = plan_for(g, device, handle);
-  const float one = 1.f, zero = 0.f;
+  // alpha = 1 and beta = 0 in the plan's scale type: double for float64, else float.
+  const double one64 = 1.0, zero64 = 0.0;
+  const float one32 = 1.f, zero32 = 0.f;
+  const bool float64 = g.dtype == DType::float64;
+  const void* one = float64 ? static_cast<const void*>(&one64) : &one32;
+  const void* zero = float64 ? static_cast<const void*>(&zero64) : &zero32;
   const auto matmul = [&] {
-    check_lt(cublasLtMatmul(handle, plan->op, &one, g.a.data, plan->a, g.b.data, plan->b, &zero, g.d, plan->d, g.d,
+    check_lt(cublasLtMatmul(handle, plan->op, one, g.a.data, plan->a, g.b.data, plan->b, zero, g.d, plan->d, g.d,
                             plan->d, &plan->algo, scratch, kGemmWorkspaceBytes, stream),
              "cublasLtMatmul");
   };

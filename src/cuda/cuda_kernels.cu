@@ -49,7 +49,7 @@ const std::array<KernelEntry, 6> kKernels{{
       "bfloat16, float16, float32 as TF32 (operands rounded to nearest by TMA); sm_90, 16-byte aligned slices"},
      true, gett_why_not_entry, gett_workspace_bytes, gett},
     {{"cuda_simt_tiled", DeviceType::cuda, true,
-      "general exact-float32 GEMM on CUDA cores, gathering x's slices in place; any shape and stride"},
+      "general GEMM on CUDA cores (exact float32, float64), gathering x's slices in place; any shape and stride"},
      true, simt_why_not, nullptr, simt},
     {{"cuda_unfused_cublaslt", DeviceType::cuda, false,
       "baseline: concatenation kernel, then one cuBLASLt GEMM with bias epilogue (needs a B*R*H workspace)"},
@@ -59,6 +59,13 @@ const std::array<KernelEntry, 6> kKernels{{
 }  // namespace
 
 std::span<const KernelEntry> kernels() { return kKernels; }
+
+// float64 on the latency kernel: reductions up to this long, outputs up to this many. There it
+// took 0.35-0.78x unfused's time (a DGEMM on cuBLAS's tensor cores, 5-6 us here); with
+// R*H = 512 it took 1.26x at 4,096 outputs, with R*H = 128 1.76x at 131,072
+// (bench/results/float64_h200.csv; docs/PERFORMANCE.md, "float64 on CUDA").
+constexpr std::int64_t kFloat64LatencyMaxReduction = 128;
+constexpr std::int64_t kFloat64LatencyMaxOutputs = 32768;
 
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): problems of up to 16 rows
 // against a weight of 1 to 64-72 MB (16-bit; to 8 MB with 17 to 32 rows, to 16-20 MB where the
@@ -72,6 +79,14 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   const bool exact_float32 = p.dtype == DType::float32 && options.fp32_precision == Fp32Precision::ieee;
   const bool tf32 = p.dtype == DType::float32 && !exact_float32;
   const double macs = static_cast<double>(p.outputs()) * static_cast<double>(p.RH);
+  if (p.dtype == DType::float64) {
+    // No tensor-core kernel of ours takes float64: the latency kernel while it beats cuBLAS's
+    // DGEMM, then unfused (the SIMT kernel where cuBLASLt cannot read the weight).
+    if (p.RH <= kFloat64LatencyMaxReduction && p.outputs() <= kFloat64LatencyMaxOutputs &&
+        latency_kernel_why_not(p).empty())
+      return kKernels[kLatency];
+    return unfused_why_not(p).empty() ? kKernels[kUnfused] : kKernels[kSimt];
+  }
   // Multiply-adds up to which the latency kernel beats cuBLAS: its 2x2 tiles (small outputs)
   // sustain less than its 4x4 tiles, and cuBLAS's tensor cores (16-bit, TF32) catch up sooner.
   const bool small_tiles = p.outputs() <= kLatencySmallTileOutputs;

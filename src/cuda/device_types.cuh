@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_info.hpp"
@@ -24,6 +25,26 @@ template <class T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// What the kernels that take float64 (the latency and SIMT kernels, the unfused baseline's and
+// the backward's helpers) accumulate T in: float for the 16-bit types and float32, double for
+// float64, so that each keeps its dtype's accuracy.
+template <class T> using Accumulator = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <class T> __device__ __forceinline__ Accumulator<T> to_accumulator(T v) {
+  if constexpr (std::is_same_v<T, double>)
+    return v;
+  else
+    return to_float(v);
+}
+template <class T> __device__ __forceinline__ T from_accumulator(Accumulator<T> v) {
+  if constexpr (std::is_same_v<T, double>)
+    return v;
+  else
+    return from_float<T>(v);
+}
+__device__ __forceinline__ float fused_multiply_add(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double fused_multiply_add(double a, double b, double c) { return fma(a, b, c); }
 
 // n / d for a divisor fixed at launch, as a multiply-high and a shift (valid for n < 2^31):
 // with l = ceil(log2 d) and m = floor(2^(31+l) / d) + 1, n*m / 2^(31+l) exceeds n/d by less
@@ -108,21 +129,28 @@ void launch_maybe_programmatic(void (*kernel)(Args), const std::type_identity_t<
 // Elements of T in one 16-byte access.
 template <class T> inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
 
-// Loads N consecutive elements (N * sizeof(T) is 16 bytes, or N == 1) widened to float.
+// Loads N consecutive elements (N * sizeof(T) is 16 bytes, or N == 1) widened to T's
+// accumulator (float; double for float64).
 template <class T, int N>
-__device__ __forceinline__ void load_as_float(const T* __restrict__ p, float (&out)[N]) {
+__device__ __forceinline__ void load_as_accumulator(const T* __restrict__ p, Accumulator<T> (&out)[N]) {
   if constexpr (N == 1) {
-    out[0] = to_float(__ldg(p));
+    out[0] = to_accumulator(__ldg(p));
   } else {
     static_assert(N * sizeof(T) == 16, "vector loads are 16 bytes");
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
     const T* v = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = to_float(v[i]);
+    for (int i = 0; i < N; ++i) out[i] = to_accumulator(v[i]);
   }
 }
+// The same for the kernels that take no float64 (their accumulator is float).
+template <class T, int N>
+__device__ __forceinline__ void load_as_float(const T* __restrict__ p, float (&out)[N]) {
+  static_assert(!std::is_same_v<T, double>, "float64 loads widen to double: load_as_accumulator");
+  load_as_accumulator<T, N>(p, out);
+}
 
-// Calls f.template operator()<T>() with the device type of a dtype the CUDA kernels support
+// Calls f.template operator()<T>() with the device type of a dtype the tensor-core kernels support
 // (float32, float16, bfloat16); callers have checked the dtype.
 template <class F> decltype(auto) visit_device_dtype(DType dtype, F&& f) {
   switch (dtype) {
@@ -130,6 +158,11 @@ template <class F> decltype(auto) visit_device_dtype(DType dtype, F&& f) {
     case DType::bfloat16: return f.template operator()<__nv_bfloat16>();
     default: return f.template operator()<float>();
   }
+}
+// The same, float64 (double) included: for the kernels that take every dtype.
+template <class F> decltype(auto) visit_any_device_dtype(DType dtype, F&& f) {
+  if (dtype == DType::float64) return f.template operator()<double>();
+  return visit_device_dtype(dtype, std::forward<F>(f));
 }
 
 inline bool aligned_to(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }

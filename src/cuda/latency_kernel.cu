@@ -6,7 +6,6 @@
 namespace gather_linear::cuda {
 
 std::string latency_kernel_why_not(const Problem& p) {
-  if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
   // 32-bit thread indexing (fast division needs values below 2^31): for small problems only.
   if (p.outputs() >= (std::int64_t{1} << 26) || p.RH + 32 * 16 * 4 >= (std::int64_t{1} << 31) ||
       p.H >= (std::int64_t{1} << 31))
@@ -25,7 +24,7 @@ void launch_for_size(const Problem& p, CudaStream stream) {
 }
 
 void run_latency_kernel(const Problem& p, CudaStream stream) {
-  visit_device_dtype(p.dtype, [&]<class T>() {
+  visit_any_device_dtype(p.dtype, [&]<class T>() {
     if (gather_vectorizable(p, kVec16<T>))
       launch_for_size<T, kVec16<T>>(p, stream);
     else

@@ -6,7 +6,8 @@
 // index c in 16-byte groups (VEC elements), so each lane issues all its loads for one step at
 // once and the group's loads of a row are coalesced; partial sums meet in a shuffle reduction. Nothing is
 // staged through shared memory and there is no intermediate buffer: at these sizes the time
-// is one launch plus one round trip to L2, so the kernel keeps that critical path short.
+// is one launch plus one round trip to L2, so the kernel keeps that critical path short. Sums
+// are float (float32 and 16-bit inputs) or double (float64).
 // Napkin bound for the seed problem: 34 KB read (L2-resident in steady state), 2.7 KB written,
 // 86 KFLOP: far below any throughput limit; the floor is the ~0.6 us kernel turnaround.
 #pragma once
@@ -40,6 +41,7 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
   const T* x = static_cast<const T*>(a.operands.x);
   const T* w = static_cast<const T*>(a.operands.weight);
   const T* bias = static_cast<const T*>(a.operands.bias);
+  using Acc = Accumulator<T>;  // float; double for float64
   wait_for_prerequisite_grid();
   allow_dependent_launch();
 
@@ -47,13 +49,13 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
   // instead of after the reduction, which would add a second round trip to memory.
   const int out_i = lane / TK, out_j = lane % TK;
   const bool writes = active && lane < TB * TK && b0 + out_i < a.B && k0 + out_j < a.K;
-  const float bias_value = writes && bias ? to_float(bias[k0 + out_j]) : 0.f;
+  const Acc bias_value = writes && bias ? to_accumulator(bias[k0 + out_j]) : Acc(0);
 
   // UNROLL steps of the reduction are loaded before any is used, so that a lane waits for
   // memory once per UNROLL steps rather than once per step.
-  float acc[TB][TK] = {};
+  Acc acc[TB][TK] = {};
   for (std::uint32_t c0 = lane * VEC; active && c0 < a.RH; c0 += SPLIT * VEC * UNROLL) {
-    float xv[UNROLL][TB][VEC], wv[UNROLL][TK][VEC];
+    Acc xv[UNROLL][TB][VEC], wv[UNROLL][TK][VEC];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const std::uint32_t c = c0 + u * SPLIT * VEC;
@@ -63,21 +65,21 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
         if (c < a.RH && b0 + i < a.B) {
           const T* row = x + r * a.operands.x_stride_r + (b0 + i) * a.operands.x_stride_b;
           if constexpr (VEC == 1)
-            xv[u][i][0] = to_float(row[h * a.operands.x_stride_h]);
+            xv[u][i][0] = to_accumulator(row[h * a.operands.x_stride_h]);
           else
-            load_as_float<T, VEC>(row + h, xv[u][i]);
+            load_as_accumulator<T, VEC>(row + h, xv[u][i]);
         } else {
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) xv[u][i][v] = 0.f;
+          for (int v = 0; v < VEC; ++v) xv[u][i][v] = Acc(0);
         }
       }
 #pragma unroll
       for (int j = 0; j < TK; ++j) {
         if (c < a.RH && k0 + j < a.K) {
-          load_as_float<T, VEC>(w + (k0 + j) * a.operands.weight_stride_k + c, wv[u][j]);
+          load_as_accumulator<T, VEC>(w + (k0 + j) * a.operands.weight_stride_k + c, wv[u][j]);
         } else {
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) wv[u][j][v] = 0.f;
+          for (int v = 0; v < VEC; ++v) wv[u][j][v] = Acc(0);
         }
       }
     }
@@ -88,9 +90,9 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
 #pragma unroll
         for (int j = 0; j < TK; ++j)
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) acc[i][j] = fmaf(xv[u][i][v], wv[u][j][v], acc[i][j]);
+          for (int v = 0; v < VEC; ++v) acc[i][j] = fused_multiply_add(xv[u][i][v], wv[u][j][v], acc[i][j]);
   }
-  float mine = 0.f;
+  Acc mine = 0;
 #pragma unroll
   for (int i = 0; i < TB; ++i)
 #pragma unroll
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(WARPS * 32) latency_kernel(const LatencyArgs a
         acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], offset);
       if (out_i == i && out_j == j) mine = acc[i][j];
     }
-  if (writes) static_cast<T*>(a.operands.y)[(b0 + out_i) * a.operands.y_stride_b + k0 + out_j] = from_float<T>(mine + bias_value);
+  if (writes) static_cast<T*>(a.operands.y)[(b0 + out_i) * a.operands.y_stride_b + k0 + out_j] = from_accumulator<T>(mine + bias_value);
 }
 
 // Enqueues the kernel: TB x TK output tiles per group of SPLIT lanes, VEC-element loads,

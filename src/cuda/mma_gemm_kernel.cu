@@ -14,7 +14,7 @@ mma::Mode mma_mode_for(const Problem& p, Fp32Precision precision) {
 }
 
 std::string mma_gemm_why_not(const Problem& p) {
-  if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
+  if (p.dtype == DType::float64) return "supports float32, float16 and bfloat16, got float64";
   // cp.async moves 16-byte chunks: each must lie inside one slice of x and one row of W.
   if (!gather_vectorizable(p, static_cast<int>(16 / dtype_size(p.dtype))))
     return "needs 16-byte chunks: H a multiple of " + std::to_string(16 / dtype_size(p.dtype)) +

@@ -1,4 +1,5 @@
-// General fused kernel on CUDA cores: exact float32 accumulation for every shape and layout.
+// General fused kernel on CUDA cores: exact float32 accumulation for every shape and layout (float64
+// accumulates in double, on 64 x 64 tiles: larger double tiles exceed static shared memory).
 //
 //   y[b, k] = bias[k] + sum_c A[b, c] * W[k, c],   A[b, c] = x[c / H, b, c % H]
 //
@@ -12,6 +13,7 @@
 // Napkin bound: float32 FMA peak ~67 TFLOP/s on an H200; (8,1024,128,1024) is 2.1 GFLOP, so
 // >= 32 us, and about 75% of peak is what a SIMT GEMM can sustain.
 #include <algorithm>
+#include <type_traits>
 
 #include "core/kernel_registry.hpp"
 #include "cuda/cuda_check.hpp"
@@ -33,14 +35,25 @@ constexpr int kPad = 4;  // keeps 16-byte alignment of shared rows and spreads t
 
 template <int BM, int BN> inline constexpr int kThreads = (BM / 8) * (BN / 8);
 
+// Four consecutive accumulators from shared memory (16-byte aligned) in 16-byte loads.
+template <class Acc>
+__device__ __forceinline__ void load4_shared(const Acc* src, Acc* dst) {
+  static_assert(sizeof(Acc) == 4 || sizeof(Acc) == 8);
+  using Vector = std::conditional_t<sizeof(Acc) == 4, float4, double2>;
+  constexpr int kLoads = 4 * static_cast<int>(sizeof(Acc)) / 16;
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) reinterpret_cast<Vector*>(dst)[i] = reinterpret_cast<const Vector*>(src)[i];
+}
+
 template <class T, int BM, int BN, int VEC>
 __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtArgs a) {
   constexpr int THREADS = kThreads<BM, BN>;
   constexpr int GROUPS = kBK / VEC;  // vector groups per tile row
   constexpr int LOADS_A = BM * GROUPS / THREADS, LOADS_W = BN * GROUPS / THREADS;
   static_assert(LOADS_A * THREADS == BM * GROUPS && LOADS_W * THREADS == BN * GROUPS, "tile loads must divide evenly");
-  __shared__ __align__(16) float a_tile[2][kBK][BM + kPad];
-  __shared__ __align__(16) float w_tile[2][kBK][BN + kPad];
+  using Acc = Accumulator<T>;  // float; double for float64
+  __shared__ __align__(16) Acc a_tile[2][kBK][BM + kPad];
+  __shared__ __align__(16) Acc w_tile[2][kBK][BN + kPad];
 
   const int tid = threadIdx.x;
   const std::int64_t m0 = (blockIdx.x / a.tiles_n) * BM;  // first row b
@@ -48,7 +61,7 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
   const T* x = static_cast<const T*>(a.operands.x);
   const T* w = static_cast<const T*>(a.operands.weight);
 
-  float a_next[LOADS_A][VEC], w_next[LOADS_W][VEC];
+  Acc a_next[LOADS_A][VEC], w_next[LOADS_W][VEC];
   auto load_step = [&](std::int64_t k0) {
 #pragma unroll
     for (int i = 0; i < LOADS_A; ++i) {
@@ -57,12 +70,12 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
       if (b < a.B && c < a.RH) {  // with VEC > 1, RH % VEC == 0: a group is all in or all out
         const std::int64_t r = c / a.H, h = c - r * a.H;
         if constexpr (VEC == 1)
-          a_next[i][0] = to_float(x[r * a.operands.x_stride_r + b * a.operands.x_stride_b + h * a.operands.x_stride_h]);
+          a_next[i][0] = to_accumulator(x[r * a.operands.x_stride_r + b * a.operands.x_stride_b + h * a.operands.x_stride_h]);
         else
-          load_as_float<T, VEC>(x + r * a.operands.x_stride_r + b * a.operands.x_stride_b + h, a_next[i]);
+          load_as_accumulator<T, VEC>(x + r * a.operands.x_stride_r + b * a.operands.x_stride_b + h, a_next[i]);
       } else {
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) a_next[i][v] = 0.f;
+        for (int v = 0; v < VEC; ++v) a_next[i][v] = Acc(0);
       }
     }
 #pragma unroll
@@ -70,10 +83,10 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
       const int g = tid + i * THREADS;
       const std::int64_t n = n0 + g / GROUPS, c = k0 + (g % GROUPS) * VEC;
       if (n < a.K && c < a.RH) {
-        load_as_float<T, VEC>(w + n * a.operands.weight_stride_k + c, w_next[i]);
+        load_as_accumulator<T, VEC>(w + n * a.operands.weight_stride_k + c, w_next[i]);
       } else {
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) w_next[i][v] = 0.f;
+        for (int v = 0; v < VEC; ++v) w_next[i][v] = Acc(0);
       }
     }
   };
@@ -93,7 +106,7 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
   };
 
   const int ty = tid / (BN / 8), tx = tid % (BN / 8);
-  float acc[8][8] = {};
+  Acc acc[8][8] = {};
   load_step(0);
   store_step(0);
   __syncthreads();
@@ -103,15 +116,15 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
     if (has_next) load_step(k0 + kBK);
 #pragma unroll
     for (int kk = 0; kk < kBK; ++kk) {
-      float af[8], bf[8];
-      *reinterpret_cast<float4*>(&af[0]) = *reinterpret_cast<const float4*>(&a_tile[buf][kk][ty * 4]);
-      *reinterpret_cast<float4*>(&af[4]) = *reinterpret_cast<const float4*>(&a_tile[buf][kk][ty * 4 + BM / 2]);
-      *reinterpret_cast<float4*>(&bf[0]) = *reinterpret_cast<const float4*>(&w_tile[buf][kk][tx * 4]);
-      *reinterpret_cast<float4*>(&bf[4]) = *reinterpret_cast<const float4*>(&w_tile[buf][kk][tx * 4 + BN / 2]);
+      Acc af[8], bf[8];
+      load4_shared(&a_tile[buf][kk][ty * 4], &af[0]);
+      load4_shared(&a_tile[buf][kk][ty * 4 + BM / 2], &af[4]);
+      load4_shared(&w_tile[buf][kk][tx * 4], &bf[0]);
+      load4_shared(&w_tile[buf][kk][tx * 4 + BN / 2], &bf[4]);
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(af[i], bf[j], acc[i][j]);
+        for (int j = 0; j < 8; ++j) acc[i][j] = fused_multiply_add(af[i], bf[j], acc[i][j]);
     }
     if (has_next) store_step(buf ^ 1);
     __syncthreads();
@@ -127,7 +140,7 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const std::int64_t n = n0 + (j < 4 ? tx * 4 + j : BN / 2 + tx * 4 + j - 4);
-      if (n < a.K) y[b * a.operands.y_stride_b + n] = from_float<T>(acc[i][j] + (bias ? to_float(bias[n]) : 0.f));
+      if (n < a.K) y[b * a.operands.y_stride_b + n] = from_accumulator<T>(acc[i][j] + (bias ? to_accumulator(bias[n]) : Acc(0)));
     }
   }
 }
@@ -151,7 +164,6 @@ void launch_tile(const Problem& p, CudaStream stream) {
 }  // namespace
 
 std::string simt_gemm_why_not(const Problem& p) {
-  if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
   if ((p.B + 63) / 64 * ((p.K + 63) / 64) > 0x7fffffff) return "more output tiles than a grid can hold";
   return {};
 }
@@ -166,11 +178,15 @@ void run_simt_gemm(const Problem& p, CudaStream stream, SimtTile tile) {
            : tiles(128, 64) >= sms    ? SimtTile::rows128_cols64
                                       : SimtTile::rows64_cols64;
   }
-  visit_device_dtype(p.dtype, [&]<class T>() {
-    switch (tile) {
-      case SimtTile::rows128_cols128: launch_tile<T, 128, 128>(p, stream); break;
-      case SimtTile::rows128_cols64: launch_tile<T, 128, 64>(p, stream); break;
-      default: launch_tile<T, 64, 64>(p, stream); break;
+  visit_any_device_dtype(p.dtype, [&]<class T>() {
+    if constexpr (std::is_same_v<T, double>) {
+      launch_tile<T, 64, 64>(p, stream);  // larger tiles of doubles exceed static shared memory
+    } else {
+      switch (tile) {
+        case SimtTile::rows128_cols128: launch_tile<T, 128, 128>(p, stream); break;
+        case SimtTile::rows128_cols64: launch_tile<T, 128, 64>(p, stream); break;
+        default: launch_tile<T, 64, 64>(p, stream); break;
+      }
     }
   });
 }

@@ -44,14 +44,14 @@ __global__ void broadcast_bias_kernel(const T* __restrict__ bias, std::int64_t B
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < B * K;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t b = i / K, k = i - b * K;
-    y[b * y_stride_b + k] = bias ? bias[k] : from_float<T>(0.f);
+    y[b * y_stride_b + k] = bias ? bias[k] : from_accumulator<T>(0);
   }
 }
 
 }  // namespace
 
 void concatenate(const Problem& p, void* out, CudaStream stream) {
-  visit_device_dtype(p.dtype, [&]<class T>() {
+  visit_any_device_dtype(p.dtype, [&]<class T>() {
     const T* x = static_cast<const T*>(p.x);
     T* dst = static_cast<T*>(out);
     constexpr int kVec = kVec16<T>;
@@ -68,7 +68,7 @@ void concatenate(const Problem& p, void* out, CudaStream stream) {
 void gemm_on_concatenated(const Problem& p, const void* concatenated, Fp32Precision precision, void* gemm_workspace,
                           CudaStream stream) {
   if (p.RH == 0) {  // no GEMM: y is the broadcast bias (or zeros)
-    visit_device_dtype(p.dtype, [&]<class T>() {
+    visit_any_device_dtype(p.dtype, [&]<class T>() {
       broadcast_bias_kernel<T><<<grid_stride_blocks(p.B * p.K, p.device.index), 256, 0, stream>>>(
           static_cast<const T*>(p.bias), p.B, p.K, p.y_stride_b, static_cast<T*>(p.y));
       check_launch("broadcast_bias_kernel");
@@ -112,7 +112,6 @@ std::size_t unfused_workspace_bytes(const Problem& p) {
 }
 
 std::string unfused_why_not(const Problem& p) {
-  if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
   if (p.K > 1 && p.weight_stride_k < p.RH)
     return "weight rows overlap (stride(0) < R*H), which cuBLASLt cannot express";
   return {};

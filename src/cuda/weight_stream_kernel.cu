@@ -26,7 +26,7 @@ void launch_for_rows(const Problem& p, CudaStream stream, WeightStreamTuning tun
 }  // namespace weight_stream
 
 std::string weight_stream_why_not(const Problem& p) {
-  if (p.dtype == DType::float64) return "float64 is not supported on CUDA";
+  if (p.dtype == DType::float64) return "supports float32, float16 and bfloat16, got float64";
   if (p.B > kWeightStreamMaxRows)
     return "serves at most " + std::to_string(kWeightStreamMaxRows) + " rows of x (B), got " + std::to_string(p.B);
   if (!gather_vectorizable(p, static_cast<int>(16 / dtype_size(p.dtype))))

@@ -7,7 +7,7 @@ import torch
 import gather_linear
 from support import DEVICES, Inputs, assert_matches_reference, make_inputs, reference_forward
 
-DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 # (R, B, H, K): the seed problem, its K/B variants, primes and ones, a B*K past the latency range.
 SHAPES = [(4, 12, 32, 56), (4, 24, 32, 57), (3, 97, 40, 59), (1, 1, 1, 1), (5, 7, 3, 1), (8, 130, 64, 112)]
 
@@ -28,10 +28,6 @@ def check_forward(inputs, dtype):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_forward_matches_linear_on_cat(shape, bias, head_major, dtype, device):
     check_forward(make_inputs(*shape, dtype=dtype, device=device, bias=bias, head_major=head_major), dtype)
-
-
-def test_float64_on_cpu():
-    check_forward(make_inputs(3, 17, 24, 33, dtype=torch.float64), torch.float64)
 
 
 @pytest.mark.parametrize("device", DEVICES)

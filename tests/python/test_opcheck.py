@@ -36,7 +36,7 @@ def test_opcheck_cpu(sample, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("sample", SAMPLES, ids=str)
 def test_opcheck_cuda(sample, dtype):
     torch.library.opcheck(OPERATOR, sample_args(*sample, dtype, "cuda"))
@@ -68,7 +68,7 @@ def test_opcheck_backward_cpu(sample, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("sample", BACKWARD_SAMPLES, ids=str)
 def test_opcheck_backward_cuda(sample, dtype):
     torch.library.opcheck(BACKWARD, backward_args(*sample, dtype, "cuda"))

@@ -1,0 +1,64 @@
+// The CUDA backend's host-side rules that need no GPU, so that CI (without one) runs them.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/kernel_registry.hpp"
+#include "core/problem.hpp"
+#include "cuda/gett_kernel.hpp"
+
+namespace gather_linear {
+namespace {
+
+// A split reduction's parts are equal runs of R's slices, each whole K tiles of tile_k elements;
+// where H neither divides tile_k nor is a multiple of it (slices the GETT refuses) only the
+// unsplit form, one part, is allowed. Every slice width up to 300 (H = 100 against a 64-deep tile
+// once reached a division by zero), both tile depths, every count from -1 to R + 1.
+TEST(GettRules, ReductionSplitsHoldWholeKTiles) {
+  for (int tile_k : {32, 64})
+    for (std::int64_t H = 0; H <= 300; ++H)
+      for (std::int64_t R = 1; R <= 16; ++R)
+        for (int splits = -1; splits <= R + 1; ++splits) {
+          Problem p;
+          p.R = R;
+          p.H = H;
+          p.RH = R * H;
+          const bool slices_fit_tiles = H % tile_k == 0 || tile_k % H == 0;
+          const bool expected = splits == 1 || (splits >= 1 && R % splits == 0 && slices_fit_tiles &&
+                                                (R / splits * H) % tile_k == 0);
+          EXPECT_EQ(cuda::gett::can_split_reduction(p, splits, tile_k), expected)
+              << "R=" << R << " H=" << H << " tile_k=" << tile_k << " splits=" << splits;
+        }
+}
+
+// float64 has no tensor-core kernel of ours: the latency kernel takes reductions up to 128 long
+// and up to 32,768 outputs (where it measured faster than cuBLAS's DGEMM), unfused the rest, and
+// the SIMT kernel what cuBLASLt cannot read (weight rows that overlap). The float64 branch asks
+// nothing of a device, so these run without one.
+TEST(CudaRules, Float64DispatchByReductionAndOutputs) {
+  struct Expected {
+    std::int64_t R, B, H, K, weight_stride_k;  // weight_stride_k < 0: contiguous rows
+    const char* chosen;
+  };
+  const Expected expected[] = {
+      {4, 12, 32, 56, -1, "cuda_latency"},         {2, 8, 64, 64, -1, "cuda_latency"},
+      {4, 128, 32, 256, -1, "cuda_latency"},       {4, 129, 32, 256, -1, "cuda_unfused_cublaslt"},
+      {1, 12, 129, 56, -1, "cuda_unfused_cublaslt"}, {8, 32, 64, 128, -1, "cuda_unfused_cublaslt"},
+      {8, 1024, 128, 1024, -1, "cuda_unfused_cublaslt"}, {4, 12, 32, 56, 0, "cuda_latency"},
+      {8, 1024, 128, 1024, 0, "cuda_simt_tiled"}};
+  for (const auto& e : expected) {
+    Problem p;
+    p.R = e.R, p.B = e.B, p.H = e.H, p.K = e.K, p.RH = e.R * e.H;
+    p.dtype = DType::float64;
+    p.device = Device::cuda(0);
+    p.x_stride_r = e.B * e.H, p.x_stride_b = e.H, p.x_stride_h = 1;
+    p.weight_stride_k = e.weight_stride_k < 0 ? p.RH : e.weight_stride_k;
+    p.y_stride_b = e.K;
+    EXPECT_EQ(std::string(cuda::choose_kernel(p, Options{}).info.name), e.chosen)
+        << "R=" << e.R << " B=" << e.B << " H=" << e.H << " K=" << e.K << " weight_stride_k=" << p.weight_stride_k;
+  }
+}
+
+}  // namespace
+}  // namespace gather_linear
