@@ -392,7 +392,7 @@ BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms)
   if (p.grad_bias != nullptr && f.B > 0)
     if (const std::int64_t splits = column_sum_split(f).splits; splits > 1)
       at += round_up_to_256(static_cast<std::size_t>(splits * f.K) *
-                            (f.dtype == DType::float64 ? sizeof(double) : sizeof(float)));
+                            visit_any_device_dtype(f.dtype, [&]<class T>() { return sizeof(Accumulator<T>); }));
   s.total = at;
   return plan;
 }

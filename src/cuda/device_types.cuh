@@ -143,12 +143,6 @@ __device__ __forceinline__ void load_as_accumulator(const T* __restrict__ p, Acc
     for (int i = 0; i < N; ++i) out[i] = to_accumulator(v[i]);
   }
 }
-// The same for the kernels that take no float64 (their accumulator is float).
-template <class T, int N>
-__device__ __forceinline__ void load_as_float(const T* __restrict__ p, float (&out)[N]) {
-  static_assert(!std::is_same_v<T, double>, "float64 loads widen to double: load_as_accumulator");
-  load_as_accumulator<T, N>(p, out);
-}
 
 // Calls f.template operator()<T>() with the device type of a dtype the tensor-core kernels support
 // (float32, float16, bfloat16); callers have checked the dtype.
