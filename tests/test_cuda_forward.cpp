@@ -546,6 +546,7 @@ TEST_F(CudaTest, Float64RunsOnTheCudaCoreKernels) {
   const Expected expected[] = {{{4, 12, 32, 56}, false, "cuda_latency"},
                                {{8, 32, 64, 128}, false, kBaseline},  // R*H = 512: too long for it
                                {{8, 1024, 128, 1024}, false, kBaseline},
+                               {{8, 32, 64, 128}, true, "cuda_latency"},
                                {{8, 1024, 128, 1024}, true, "cuda_simt_tiled"}};
   for (const auto& [shape, shared_weight_row, chosen] : expected) {
     auto [c, o] = operands(shape, shared_weight_row);

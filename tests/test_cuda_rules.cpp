@@ -45,8 +45,11 @@ TEST(CudaRules, Float64DispatchByReductionAndOutputs) {
       {4, 12, 32, 56, -1, "cuda_latency"},         {2, 8, 64, 64, -1, "cuda_latency"},
       {4, 128, 32, 256, -1, "cuda_latency"},       {4, 129, 32, 256, -1, "cuda_unfused_cublaslt"},
       {1, 12, 129, 56, -1, "cuda_unfused_cublaslt"}, {8, 32, 64, 128, -1, "cuda_unfused_cublaslt"},
-      {8, 1024, 128, 1024, -1, "cuda_unfused_cublaslt"}, {4, 12, 32, 56, 0, "cuda_latency"},
-      {8, 1024, 128, 1024, 0, "cuda_simt_tiled"}};
+      {8, 1024, 128, 1024, -1, "cuda_unfused_cublaslt"},
+      // Overlapping weight rows (cuBLASLt cannot read them): latency kernel, SIMT for many outputs.
+      {4, 12, 32, 56, 0, "cuda_latency"},          {8, 32, 64, 128, 0, "cuda_latency"},
+      {32, 16, 128, 4096, 0, "cuda_latency"},      {8, 512, 128, 512, 0, "cuda_latency"},
+      {8, 513, 128, 512, 0, "cuda_simt_tiled"},    {8, 1024, 128, 1024, 0, "cuda_simt_tiled"}};
   for (const auto& e : expected) {
     Problem p;
     p.R = e.R, p.B = e.B, p.H = e.H, p.K = e.K, p.RH = e.R * e.H;

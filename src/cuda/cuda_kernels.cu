@@ -66,6 +66,10 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 // (bench/results/float64_h200.csv; docs/PERFORMANCE.md, "float64 on CUDA").
 constexpr std::int64_t kFloat64LatencyMaxReduction = 128;
 constexpr std::int64_t kFloat64LatencyMaxOutputs = 32768;
+// Where cuBLASLt cannot read the weight, float64's latency kernel took 0.09-0.45x the SIMT
+// kernel's time up to 262,144 outputs (R*H up to 4,096), and 1.18x at 1,048,576
+// (bench/results/float64_simt_h200.csv).
+constexpr std::int64_t kFloat64FallbackLatencyMaxOutputs = 262144;
 
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): problems of up to 16 rows
 // against a weight of 1 to 64-72 MB (16-bit; to 8 MB with 17 to 32 rows, to 16-20 MB where the
@@ -81,11 +85,13 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   const double macs = static_cast<double>(p.outputs()) * static_cast<double>(p.RH);
   if (p.dtype == DType::float64) {
     // No tensor-core kernel of ours takes float64: the latency kernel while it beats cuBLAS's
-    // DGEMM, then unfused (the SIMT kernel where cuBLASLt cannot read the weight).
-    if (p.RH <= kFloat64LatencyMaxReduction && p.outputs() <= kFloat64LatencyMaxOutputs &&
-        latency_kernel_why_not(p).empty())
+    // DGEMM, then unfused; where cuBLASLt cannot read the weight, the faster of the two fused
+    // CUDA-core kernels.
+    const bool latency_fits = latency_kernel_why_not(p).empty();
+    if (p.RH <= kFloat64LatencyMaxReduction && p.outputs() <= kFloat64LatencyMaxOutputs && latency_fits)
       return kKernels[kLatency];
-    return unfused_why_not(p).empty() ? kKernels[kUnfused] : kKernels[kSimt];
+    if (unfused_why_not(p).empty()) return kKernels[kUnfused];
+    return p.outputs() <= kFloat64FallbackLatencyMaxOutputs && latency_fits ? kKernels[kLatency] : kKernels[kSimt];
   }
   // Multiply-adds up to which the latency kernel beats cuBLAS: its 2x2 tiles (small outputs)
   // sustain less than its 4x4 tiles, and cuBLAS's tensor cores (16-bit, TF32) catch up sooner.

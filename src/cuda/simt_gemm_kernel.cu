@@ -1,11 +1,12 @@
 // General fused kernel on CUDA cores: exact float32 accumulation for every shape and layout (float64
-// accumulates in double, on 64 x 64 tiles: larger double tiles exceed static shared memory).
+// accumulates in double, on 64 x 64 tiles with 4 x 4 per thread: larger double tiles exceed static
+// shared memory, and 8 x 8 doubles per thread spilled registers to local memory).
 //
 //   y[b, k] = bias[k] + sum_c A[b, c] * W[k, c],   A[b, c] = x[c / H, b, c % H]
 //
 // Classic shared-memory SGEMM tiling: a block owns a BM x BN tile of y (rows b, columns k) and
-// walks the reduction in BK = 16 steps; each thread accumulates an 8 x 8 sub-tile (two 4-row by
-// two 4-column quadrants, so its shared-memory reads are conflict-free 16-byte loads). The A
+// walks the reduction in BK = 16 steps; each thread accumulates a TM x TM sub-tile made of 4 x 4
+// quadrants (TM = 8: two by two, so its shared-memory reads are conflict-free 16-byte loads). The A
 // tile is gathered from x in place: each 16-byte group of reduction indices lies in one slice
 // when H is a multiple of the vector width (VEC elements), otherwise elements are fetched one
 // by one through all three strides. The next step's tiles are loaded into registers while the
@@ -33,7 +34,9 @@ struct SimtArgs {
 constexpr int kBK = 16;
 constexpr int kPad = 4;  // keeps 16-byte alignment of shared rows and spreads the transposed stores
 
-template <int BM, int BN> inline constexpr int kThreads = (BM / 8) * (BN / 8);
+template <int BM, int BN, int TM> inline constexpr int kThreads = (BM / TM) * (BN / TM);
+// Thread sub-tile: 8 x 8 float accumulators; 4 x 4 doubles (8 x 8 needed more than 255 registers).
+template <class T> inline constexpr int kThreadTile = sizeof(Accumulator<T>) == 8 ? 4 : 8;
 
 // Four consecutive accumulators from shared memory (16-byte aligned) in 16-byte loads.
 template <class Acc>
@@ -46,8 +49,9 @@ __device__ __forceinline__ void load4_shared(const Acc* src, Acc* dst) {
 }
 
 template <class T, int BM, int BN, int VEC>
-__global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtArgs a) {
-  constexpr int THREADS = kThreads<BM, BN>;
+__global__ void __launch_bounds__(kThreads<BM, BN, kThreadTile<T>>) simt_gemm_kernel(const SimtArgs a) {
+  constexpr int TM = kThreadTile<T>, Q = TM / 4;  // sub-tile side, 4 x 4 quadrants per side
+  constexpr int THREADS = kThreads<BM, BN, TM>;
   constexpr int GROUPS = kBK / VEC;  // vector groups per tile row
   constexpr int LOADS_A = BM * GROUPS / THREADS, LOADS_W = BN * GROUPS / THREADS;
   static_assert(LOADS_A * THREADS == BM * GROUPS && LOADS_W * THREADS == BN * GROUPS, "tile loads must divide evenly");
@@ -105,8 +109,9 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
     }
   };
 
-  const int ty = tid / (BN / 8), tx = tid % (BN / 8);
-  Acc acc[8][8] = {};
+  // Quadrant q of the thread's rows starts at q * BM / Q + ty * 4 (columns likewise).
+  const int ty = tid / (BN / TM), tx = tid % (BN / TM);
+  Acc acc[TM][TM] = {};
   load_step(0);
   store_step(0);
   __syncthreads();
@@ -116,15 +121,16 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
     if (has_next) load_step(k0 + kBK);
 #pragma unroll
     for (int kk = 0; kk < kBK; ++kk) {
-      Acc af[8], bf[8];
-      load4_shared(&a_tile[buf][kk][ty * 4], &af[0]);
-      load4_shared(&a_tile[buf][kk][ty * 4 + BM / 2], &af[4]);
-      load4_shared(&w_tile[buf][kk][tx * 4], &bf[0]);
-      load4_shared(&w_tile[buf][kk][tx * 4 + BN / 2], &bf[4]);
+      Acc af[TM], bf[TM];
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+      for (int q = 0; q < Q; ++q) {
+        load4_shared(&a_tile[buf][kk][q * BM / Q + ty * 4], &af[4 * q]);
+        load4_shared(&w_tile[buf][kk][q * BN / Q + tx * 4], &bf[4 * q]);
+      }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = fused_multiply_add(af[i], bf[j], acc[i][j]);
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TM; ++j) acc[i][j] = fused_multiply_add(af[i], bf[j], acc[i][j]);
     }
     if (has_next) store_step(buf ^ 1);
     __syncthreads();
@@ -134,12 +140,12 @@ __global__ void __launch_bounds__(kThreads<BM, BN>) simt_gemm_kernel(const SimtA
   const T* bias = static_cast<const T*>(a.operands.bias);
   T* y = static_cast<T*>(a.operands.y);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const std::int64_t b = m0 + (i < 4 ? ty * 4 + i : BM / 2 + ty * 4 + i - 4);
+  for (int i = 0; i < TM; ++i) {
+    const std::int64_t b = m0 + i / 4 * (BM / Q) + ty * 4 + i % 4;
     if (b >= a.B) continue;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const std::int64_t n = n0 + (j < 4 ? tx * 4 + j : BN / 2 + tx * 4 + j - 4);
+    for (int j = 0; j < TM; ++j) {
+      const std::int64_t n = n0 + j / 4 * (BN / Q) + tx * 4 + j % 4;
       if (n < a.K) y[b * a.operands.y_stride_b + n] = from_accumulator<T>(acc[i][j] + (bias ? to_accumulator(bias[n]) : Acc(0)));
     }
   }
@@ -149,7 +155,7 @@ template <class T, int BM, int BN, int VEC>
 void launch(const Problem& p, CudaStream stream) {
   const std::int64_t tiles_n = (p.K + BN - 1) / BN, tiles = (p.B + BM - 1) / BM * tiles_n;
   const SimtArgs args{operands_of(p), p.B, p.H, p.K, p.RH, tiles_n};
-  simt_gemm_kernel<T, BM, BN, VEC><<<static_cast<unsigned>(tiles), kThreads<BM, BN>, 0, stream>>>(args);
+  simt_gemm_kernel<T, BM, BN, VEC><<<static_cast<unsigned>(tiles), kThreads<BM, BN, kThreadTile<T>>, 0, stream>>>(args);
   check_launch("simt_gemm_kernel");
 }
 
