@@ -568,6 +568,53 @@ TEST_F(CudaTest, Float64RunsOnTheCudaCoreKernels) {
   }
 }
 
+// Weight rows that overlap (stride(0) < R*H; 0: every output reads the same row), which cuBLASLt
+// cannot express. Every fused kernel that accepts them reads them through the row stride, and
+// `auto` takes a tensor-core or the latency kernel, not the SIMT kernel (2-2.5x slower).
+TEST_F(CudaTest, OverlappingWeightRowsRunFused) {
+  const auto operands = [](const Case& c, std::int64_t weight_stride_k, std::uint32_t seed) {
+    Operands o = make_operands(c, seed);
+    o.weight = HostTensor(c.dtype, {c.shape.K, c.shape.R * c.shape.H}, {weight_stride_k, 1});
+    o.weight.fill_uniform(seed + 1);
+    return o;
+  };
+  const Shape shapes[] = {{4, 12, 32, 56}, {8, 256, 64, 512}, {2, 1000, 64, 300}};
+  for (const Shape& shape : shapes)
+    for (DType dtype : {DType::float32, DType::bfloat16, DType::float16})
+      for (Fp32Precision precision : {Fp32Precision::ieee, Fp32Precision::tf32}) {
+        if (dtype != DType::float32 && precision == Fp32Precision::tf32) continue;
+        const Case c{shape, dtype, Layout::head_major, true};
+        const double limit = accuracy_limit(c, precision);  // the baseline's error with a plain weight
+        for (std::int64_t weight_stride_k : {0, 8}) {
+          std::ostringstream label;
+          label << c << (precision == Fp32Precision::tf32 ? " tf32" : "") << " weight stride " << weight_stride_k;
+          Operands o = operands(c, weight_stride_k, 21);
+          DeviceOperands d(o);
+          const std::string chosen{
+              select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for("auto", precision))};
+          EXPECT_NE(chosen, kBaseline) << label.str();
+          EXPECT_NE(chosen, "cuda_simt_tiled") << label.str();
+          for (const char* kernel : {"auto", "cuda_latency", kWeightStream, kMma, "cuda_gett_sm90", "cuda_simt_tiled",
+                                     kBaseline}) {
+            Operands fresh = operands(c, weight_stride_k, 22);
+            DeviceOperands run(fresh);
+            try {
+              run.forward(options_for(kernel, precision));
+            } catch (const Error& e) {  // a kernel may decline these rows or this problem, by name
+              EXPECT_EQ(e.code(), ErrorCode::unsupported) << label.str() << " " << kernel << ": " << e.what();
+              EXPECT_STRNE(kernel, "auto") << label.str();
+              continue;
+            }
+            CUDA_ASSERT(cudaDeviceSynchronize());
+            const double err = downloaded_error(fresh, run);
+            EXPECT_FALSE(std::isnan(err)) << label.str() << " " << kernel << ": NaN left in y";
+            EXPECT_LE(err, limit) << label.str() << " " << kernel;
+            EXPECT_TRUE(gaps_untouched(fresh.y)) << label.str() << " " << kernel;
+          }
+        }
+      }
+}
+
 // ---- The Hopper GETT family (cuda_gett_sm90) ----
 
 constexpr const char* kGett = "cuda_gett_sm90";

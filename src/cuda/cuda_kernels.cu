@@ -150,6 +150,10 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   if (!exact_float32 && gett::outruns_unfused(p) && gett_why_not(p, options.fp32_precision).empty())
     return kKernels[kGett];
   if (unfused_why_not(p).empty()) return kKernels[kUnfused];
+  // cuBLASLt cannot read the weight (its rows overlap): the tensor-core GEMM reads it through its
+  // row stride, in 0.13-0.26x the SIMT kernel's time in 16-bit, 0.25-0.43x in TF32 and 0.38-0.47x
+  // in exact float32 (bench/results/overlap_fallback_mma_vs_simt_h200.csv).
+  if (mma_gemm_why_not(p).empty()) return kKernels[kMma];
   return kKernels[kSimt];
 }
 
