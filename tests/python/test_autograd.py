@@ -72,6 +72,31 @@ def test_gradients_match_linear_on_cat(shape, head_major, dtype, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 12, 32, 56), (8, 256, 64, 512)], ids=lambda s: "x".join(map(str, s)))
+def test_gradients_through_an_expanded_weight_row(shape, dtype, device):
+    """One weight row shared by every output (weight.stride(0) == 0): the forward reads it in place
+    and autograd sums the weight's gradient back into the row."""
+    R, B, H, K = shape
+    inputs = make_inputs(*shape, dtype=dtype, device=device)
+    inputs.weight = inputs.weight[:1]
+    grad_y = torch.randn(B, K, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+
+    def through_expanded_row(function):
+        return lambda x, row, bias: function(x, row.expand(K, R * H), bias)
+
+    everything = ("x", "weight", "bias")
+    ours = gradients(through_expanded_row(gather_linear.forward), requiring_grad(inputs, everything),
+                     grad_y.to(device=device, dtype=dtype))
+    torch_grads = gradients(through_expanded_row(reference_forward), requiring_grad(inputs.to(dtype), everything),
+                            grad_y.to(device=device, dtype=dtype))
+    reference64 = gradients(through_expanded_row(reference_forward),
+                            requiring_grad(inputs.to(torch.float64), everything), grad_y.to(device=device))
+    for name, grad in ours.items():
+        assert_matches_reference(grad, torch_grads[name], reference64[name], dtype, what=f"grad of {name}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_major", [False, True], ids=["contiguous", "head_major"])
 @pytest.mark.parametrize("output_mask", [m for m in itertools.product((False, True), repeat=3) if any(m)],
                          ids=lambda m: "".join("xwb"[i] for i in range(3) if m[i]))

@@ -86,6 +86,27 @@ def test_x_with_unit_batch_stride(shape, dtype, device):
     check_forward(inputs, dtype)
 
 
+def with_overlapping_rows(weight, row_stride):
+    """weight's leading values viewed as (K, R*H) rows `row_stride` < R*H apart (0: every row the
+    same), which cuBLAS cannot read."""
+    K, RH = weight.shape
+    storage = weight.reshape(-1)[: (K - 1) * row_stride + RH].clone()
+    return storage.as_strided((K, RH), (row_stride, 1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("row_stride", [0, 8])
+@pytest.mark.parametrize("shape", [(4, 12, 32, 56), (8, 256, 64, 512)], ids=lambda s: "x".join(map(str, s)))
+def test_weight_rows_that_overlap(shape, row_stride, dtype, device):
+    """On CUDA the larger shape is beyond the latency kernel (but for float64): the dispatcher must
+    pick a fused kernel that reads the weight through its row stride, as unfused cannot."""
+    inputs = make_inputs(*shape, dtype=dtype, device=device)
+    inputs.weight = with_overlapping_rows(inputs.weight, row_stride)
+    assert inputs.weight.stride(0) < inputs.weight.shape[1]
+    check_forward(inputs, dtype)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_transposed_weight_is_accepted(device):
     inputs = make_inputs(2, 5, 8, 12, device=device)
