@@ -28,12 +28,13 @@ BACKWARD_SANITIZE_FILTER+=':CudaBackwardTest.BiasGradientBitsDoNotDependOnAlignm
 
 # run_sharded <gtest binary> <shards> <filter> <log>: the shards in parallel, their logs joined.
 run_sharded() {
-  local binary=$1 shards=$2 filter=$3 log=$4 i
+  local binary=$1 shards=$2 filter=$3 log=$4 i pids=()
   for ((i = 0; i < shards; i++)); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout 500 "$binary" --gtest_brief=1 \
       --gtest_filter="$filter" > "$log.$i" 2>&1 &
+    pids+=($!)
   done
-  for ((i = 0; i < shards; i++)); do wait -n || status=1; done
+  for i in "${pids[@]}"; do wait "$i" || status=1; done
   cat "$log".* > "$log"; rm -f "$log".*
 }
 
