@@ -34,6 +34,10 @@ SHAPES = [  # R, B, H, K, dtype
     (32, 16, 128, 4096, torch.bfloat16),
     (32, 1, 128, 4096, torch.float16),
     (32, 16, 128, 4096, torch.float16),
+    # float64 (MKL's dgemm for eager)
+    (4, 12, 32, 56, torch.float64),
+    (8, 1024, 128, 1024, torch.float64),
+    (26, 512, 64, 1024, torch.float64),
 ]
 
 

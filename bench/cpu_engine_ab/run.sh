@@ -2,7 +2,7 @@
 # Compares the CPU engine (src/cpu/gather_gemm.cpp and what it includes) at a git revision with
 # the working tree's, both in one process, alternating call by call (timing.cpp says why). The
 # engine alone: no dispatcher, no validation; x contiguous, with a bias.
-#   bench/cpu_engine_ab/run.sh BASE_REV R,B,H,K[,f32|f16|bf16] ...     env: PAIRS (40), OMP_NUM_THREADS
+#   bench/cpu_engine_ab/run.sh BASE_REV R,B,H,K[,f32|f64|f16|bf16] ...     env: PAIRS (40), OMP_NUM_THREADS
 # One CSV row a shape: R,B,H,K,dtype,pairs,base_us,working_us,ratio_q25,ratio_median,ratio_q75,
 # outputs (ratio: the working tree's time over the base's in each pair; "same" where both wrote the
 # same bits). A revision against an unchanged tree measures the noise.

@@ -2,7 +2,7 @@
 // a noisy machine (a shared VM's other tenants, its clock) then slows both alike, where separate
 // processes minutes apart differed by 20-30% (alternating_pairs.hpp). Prints one CSV row: the
 // shape, each copy's median time, and quartiles of the per-pair ratio b / a.
-//   cpu_engine_ab R B H K DTYPE PAIRS        (DTYPE: f32, f16 or bf16)
+//   cpu_engine_ab R B H K DTYPE PAIRS        (DTYPE: f32, f64, f16 or bf16)
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -21,13 +21,16 @@ extern "C" std::size_t cpu_engine_ab_dtype_size(int dtype) { return dtype_size(s
 
 int main(int argc, char** argv) {
   if (argc != 7) {
-    std::fprintf(stderr, "usage: %s R B H K f32|f16|bf16 PAIRS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s R B H K f32|f64|f16|bf16 PAIRS\n", argv[0]);
     return 2;
   }
   const std::int64_t R = std::atol(argv[1]), B = std::atol(argv[2]), H = std::atol(argv[3]), K = std::atol(argv[4]);
   const std::string dtype_name = argv[5];
   const int pairs = std::atoi(argv[6]);
-  const DType dtype = dtype_name == "f16" ? DType::float16 : dtype_name == "bf16" ? DType::bfloat16 : DType::float32;
+  const DType dtype = dtype_name == "f16"    ? DType::float16
+                      : dtype_name == "bf16" ? DType::bfloat16
+                      : dtype_name == "f64"  ? DType::float64
+                                             : DType::float32;
   const std::size_t size = dtype_size(dtype);
   std::vector<std::byte> x(R * B * H * size), w(K * R * H * size), bias(K * size), y_a(B * K * size), y_b(B * K * size);
   bench::fill_uniform(dtype, {&x, &w, &bias});
