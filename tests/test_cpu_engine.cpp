@@ -45,7 +45,7 @@ TEST(CpuEngineAsan, EnginePathsStayInsideTheirBuffers) {
             }).join();
             const std::string what = std::string(path == cpu::GemmPath::packed ? "packed" : "direct") + " with " +
                                      std::to_string(threads) + " threads";
-            EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), p.B, p.K), exact_tolerance(dtype))
+            EXPECT_LE(relative_error(o.y, reference_of(o), p.B, p.K), exact_tolerance(dtype))
                 << c << " " << what;
             EXPECT_TRUE(gaps_untouched(o.y)) << c << " " << what << ": wrote outside y's view";
           }
@@ -86,7 +86,7 @@ TEST(CpuEngineAsan, Bf16KernelsStayInsideTheirBuffers) {
           }).join();
           const std::string what = std::string(kernel.name) + " with " + std::to_string(threads) + " threads";
           // float32 sums of products of bfloat16 inputs, then one rounding to bfloat16
-          EXPECT_LE(relative_error(o.y, cpu::reference_forward(p), p.B, p.K), 0x1p-7) << c << " " << what;
+          EXPECT_LE(relative_error(o.y, reference_of(o), p.B, p.K), 0x1p-7) << c << " " << what;
           EXPECT_TRUE(gaps_untouched(o.y)) << c << " " << what << ": wrote outside y's view";
         }
       }

@@ -63,8 +63,7 @@ Options options_for(const char* kernel, Fp32Precision precision = Fp32Precision:
 // against the exact reference on o's inputs.
 double downloaded_error(Operands& o, const DeviceOperands& d) {
   d.y.download(o.y);
-  const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
-  return relative_error(o.y, cpu::reference_forward(p), p.B, p.K);
+  return relative_error(o.y, reference_of(o), o.y.view.sizes[0], o.y.view.sizes[1]);
 }
 
 // Relative error of `run(device_operands)` on fresh poisoned operands from `seed`; also checks
