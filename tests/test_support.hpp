@@ -187,41 +187,68 @@ inline Operands make_operands(const Case& c, std::uint32_t seed) {
   return o;
 }
 
-// cpu::reference_forward on o's inputs, computed once per distinct inputs: the suites force many
-// kernels (and GETT configurations) on the same operands, and the reference, in double on one
-// thread, costs B*K*R*H multiply-adds each time. Keyed by a hash of the inputs' storage bytes,
-// the views' offsets, strides and extents, and the dtype; the most recent results are kept up to
-// 2^26 values (512 MB).
-inline std::vector<double> reference_of(const Operands& o) {
-  const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
-  std::uint64_t key = 0xcbf29ce484222325ull;  // FNV-1a, 64-bit
-  const auto mix = [&](const void* data, std::size_t bytes) {
-    const auto* byte = static_cast<const unsigned char*>(data);
-    for (std::size_t i = 0; i < bytes; ++i) key = (key ^ byte[i]) * 0x100000001b3ull;
-  };
-  const std::int64_t layout[] = {p.R,          p.B,          p.H,          p.K,
-                                 p.x_stride_r, p.x_stride_b, p.x_stride_h, p.weight_stride_k,
-                                 p.weight_stride_c, static_cast<std::int64_t>(p.dtype), p.bias != nullptr,
-                                 o.x.offset,   o.weight.offset, o.bias.offset};
-  mix(layout, sizeof layout);
-  for (const HostTensor* t : {&o.x, &o.weight, &o.bias}) mix(t->storage.data(), t->storage.size());
+// A key for host inputs: FNV-1a over each tensor's storage bytes, view offset, dtype, extents and
+// strides (for results that depend on nothing else, as the exact references do).
+class InputsKey {
+ public:
+  InputsKey& add(const HostTensor& t) {
+    mix(t.storage.data(), t.storage.size());
+    const std::int64_t layout[] = {t.offset, static_cast<std::int64_t>(t.view.dtype), t.view.rank};
+    mix(layout, sizeof layout);
+    mix(t.view.sizes.data(), sizeof(std::int64_t) * static_cast<std::size_t>(t.view.rank));
+    mix(t.view.strides.data(), sizeof(std::int64_t) * static_cast<std::size_t>(t.view.rank));
+    return *this;
+  }
+  std::uint64_t value() const { return hash_; }
 
+ private:
+  void mix(const void* data, std::size_t bytes) {
+    const auto* byte = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < bytes; ++i) hash_ = (hash_ ^ byte[i]) * 0x100000001b3ull;
+  }
+  std::uint64_t hash_ = 0xcbf29ce484222325ull;
+};
+
+// The most recent results of an expensive function of host inputs, by InputsKey, up to 2^26
+// values (512 MB of doubles) in all: the suites force many kernels (and GETT configurations, and
+// backward forms) on the same operands, and the exact references, in double on one thread, cost
+// every multiply-add of the problem each time.
+template <class Result>
+class RecentResults {
+ public:
+  template <class Compute, class Count>
+  Result get(std::uint64_t key, Compute compute, Count count) {
+    for (const Entry& e : entries_)
+      if (e.key == key) return e.result;
+    Result result = compute();
+    const std::size_t values = count(result);
+    entries_.push_front({key, result, values});
+    kept_ += values;
+    while (kept_ > (std::size_t{1} << 26) && entries_.size() > 1) {
+      kept_ -= entries_.back().values;
+      entries_.pop_back();
+    }
+    return result;
+  }
+
+ private:
   struct Entry {
     std::uint64_t key;
-    std::vector<double> values;
+    Result result;
+    std::size_t values;
   };
-  static std::deque<Entry> recent;  // newest first
-  static std::size_t kept = 0;
-  for (const Entry& e : recent)
-    if (e.key == key) return e.values;
-  std::vector<double> values = cpu::reference_forward(p);
-  recent.push_front({key, values});
-  kept += values.size();
-  while (kept > (std::size_t{1} << 26) && recent.size() > 1) {
-    kept -= recent.back().values.size();
-    recent.pop_back();
-  }
-  return values;
+  std::deque<Entry> entries_;  // newest first
+  std::size_t kept_ = 0;
+};
+
+// cpu::reference_forward on o's inputs (computed once per distinct inputs: RecentResults).
+inline std::vector<double> reference_of(const Operands& o) {
+  static RecentResults<std::vector<double>> recent;
+  const std::uint64_t key = InputsKey().add(o.x).add(o.weight).add(o.bias).value();
+  return recent.get(
+      key,
+      [&] { return cpu::reference_forward(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view)); },
+      [](const std::vector<double>& values) { return values.size(); });
 }
 
 // max |y - ref| / max |ref| over the view (NaN anywhere makes it NaN), with ref row-major (B, K).
