@@ -139,9 +139,11 @@ inline void expect_gradients_accurate(const BackwardOperands& o, const BackwardC
                                       Fp32Precision precision = Fp32Precision::ieee) {
   static RecentResults<cpu::ReferenceGradients> recent;  // the reference once per distinct inputs
   const std::uint64_t key = InputsKey().add(o.grad_y).add(o.x).add(o.weight).value();
+  const auto compute = [&] {
+    return cpu::reference_backward(validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients()));
+  };
   const cpu::ReferenceGradients ref = recent.get(
-      key, [&] { return cpu::reference_backward(validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients())); },
-      [](const cpu::ReferenceGradients& g) { return g.x.size() + g.weight.size() + g.bias.size(); });
+      key, compute, [](const cpu::ReferenceGradients& g) { return g.x.size() + g.weight.size() + g.bias.size(); });
   const double tolerance = backward_tolerance(c.dtype, precision);
   const struct {
     const HostTensor& tensor;
