@@ -523,19 +523,23 @@ TEST_F(CudaTest, EmptyViewsMayHoldAnyPointer) {
   CUDA_ASSERT(cudaDeviceSynchronize());
 }
 
+// make_operands, with weight rows `weight_stride_k` apart: below R*H they overlap (0: every
+// output reads the same row), which cuBLASLt cannot express.
+Operands with_weight_row_stride(const Case& c, std::int64_t weight_stride_k, std::uint32_t seed) {
+  Operands o = make_operands(c, seed);
+  o.weight = HostTensor(c.dtype, {c.shape.K, c.shape.R * c.shape.H}, {weight_stride_k, 1});
+  o.weight.fill_uniform(seed + 1);
+  return o;
+}
+
 // float64 runs on the CUDA-core kernels (their sums in double) and cuBLASLt's DGEMM; the
 // tensor-core kernels refuse it. The dispatcher takes the latency kernel for small problems,
-// unfused beyond, and the SIMT kernel where cuBLASLt cannot read the weight (one row shared by
-// every output: row stride 0).
+// unfused beyond; where cuBLASLt cannot read the weight (one row shared by every output: row
+// stride 0), the latency kernel up to 262,144 outputs and the SIMT kernel beyond.
 TEST_F(CudaTest, Float64RunsOnTheCudaCoreKernels) {
   const auto operands = [](const Shape& s, bool shared_weight_row) {
     const Case c{s, DType::float64, Layout::head_major, true};
-    Operands o = make_operands(c, 12);
-    if (shared_weight_row) {
-      o.weight = HostTensor(DType::float64, {s.K, s.R * s.H}, {0, 1});
-      o.weight.fill_uniform(13);
-    }
-    return std::pair(c, std::move(o));
+    return std::pair(c, shared_weight_row ? with_weight_row_stride(c, 0, 12) : make_operands(c, 12));
   };
   struct Expected {
     Shape shape;
@@ -567,16 +571,10 @@ TEST_F(CudaTest, Float64RunsOnTheCudaCoreKernels) {
   }
 }
 
-// Weight rows that overlap (stride(0) < R*H; 0: every output reads the same row), which cuBLASLt
-// cannot express. Every fused kernel that accepts them reads them through the row stride, and
-// `auto` takes a tensor-core or the latency kernel, not the SIMT kernel (2-2.5x slower).
+// Weight rows that overlap (stride(0) < R*H). Every fused kernel that accepts them reads them
+// through the row stride, and `auto` takes a tensor-core or the latency kernel, not the SIMT
+// kernel (2-8x slower there).
 TEST_F(CudaTest, OverlappingWeightRowsRunFused) {
-  const auto operands = [](const Case& c, std::int64_t weight_stride_k, std::uint32_t seed) {
-    Operands o = make_operands(c, seed);
-    o.weight = HostTensor(c.dtype, {c.shape.K, c.shape.R * c.shape.H}, {weight_stride_k, 1});
-    o.weight.fill_uniform(seed + 1);
-    return o;
-  };
   const Shape shapes[] = {{4, 12, 32, 56}, {8, 256, 64, 512}, {2, 1000, 64, 300}};
   for (const Shape& shape : shapes)
     for (DType dtype : {DType::float32, DType::bfloat16, DType::float16})
@@ -587,7 +585,7 @@ TEST_F(CudaTest, OverlappingWeightRowsRunFused) {
         for (std::int64_t weight_stride_k : {0, 8}) {
           std::ostringstream label;
           label << c << (precision == Fp32Precision::tf32 ? " tf32" : "") << " weight stride " << weight_stride_k;
-          Operands o = operands(c, weight_stride_k, 21);
+          Operands o = with_weight_row_stride(c, weight_stride_k, 21);
           DeviceOperands d(o);
           const std::string chosen{
               select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options_for("auto", precision))};
@@ -595,7 +593,7 @@ TEST_F(CudaTest, OverlappingWeightRowsRunFused) {
           EXPECT_NE(chosen, "cuda_simt_tiled") << label.str();
           for (const char* kernel : {"auto", "cuda_latency", kWeightStream, kMma, "cuda_gett_sm90", "cuda_simt_tiled",
                                      kBaseline}) {
-            Operands fresh = operands(c, weight_stride_k, 22);
+            Operands fresh = with_weight_row_stride(c, weight_stride_k, 22);
             DeviceOperands run(fresh);
             try {
               run.forward(options_for(kernel, precision));

@@ -33,9 +33,9 @@ TEST(GettRules, ReductionSplitsHoldWholeKTiles) {
 }
 
 // float64 has no tensor-core kernel of ours: the latency kernel takes reductions up to 128 long
-// and up to 32,768 outputs (where it measured faster than cuBLAS's DGEMM), unfused the rest, and
-// the SIMT kernel what cuBLASLt cannot read (weight rows that overlap). The float64 branch asks
-// nothing of a device, so these run without one.
+// and up to 32,768 outputs (where it measured faster than cuBLAS's DGEMM), unfused the rest; what
+// cuBLASLt cannot read (weight rows that overlap) the latency kernel up to 262,144 outputs, the
+// SIMT kernel beyond. The float64 branch asks nothing of a device, so these run without one.
 TEST(CudaRules, Float64DispatchByReductionAndOutputs) {
   struct Expected {
     std::int64_t R, B, H, K, weight_stride_k;  // weight_stride_k < 0: contiguous rows

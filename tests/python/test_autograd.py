@@ -27,6 +27,20 @@ def gradients(function, inputs, grad_y):
     return {name: getattr(inputs, name).grad for name in ("x", "weight", "bias") if getattr(inputs, name) is not None}
 
 
+def gradients_three_ways(inputs, grad_y, dtype, wrap=lambda function: function):
+    """Every input's gradient through wrap(the op), through wrap(the materialised concatenation)
+    in dtype, and through the latter in float64; grad_y is float64."""
+    everything = ("x", "weight", "bias")
+    device = inputs.x.device
+    ours = gradients(wrap(gather_linear.forward), requiring_grad(inputs, everything),
+                     grad_y.to(device=device, dtype=dtype))
+    torch_grads = gradients(wrap(reference_forward), requiring_grad(inputs.to(dtype), everything),
+                            grad_y.to(device=device, dtype=dtype))
+    reference64 = gradients(wrap(reference_forward), requiring_grad(inputs.to(torch.float64), everything),
+                            grad_y.to(device=device))
+    return ours, torch_grads, reference64
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("head_major", [False, True], ids=["contiguous", "head_major"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
@@ -55,13 +69,7 @@ def test_gradcheck_subsets_of_inputs(which):
 def test_gradients_match_linear_on_cat(shape, head_major, dtype, device):
     inputs = make_inputs(*shape, dtype=dtype, device=device, head_major=head_major)
     grad_y = torch.randn(shape[1], shape[3], generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    everything = ("x", "weight", "bias")
-
-    ours = gradients(gather_linear.forward, requiring_grad(inputs, everything), grad_y.to(device=device, dtype=dtype))
-    torch_grads = gradients(reference_forward, requiring_grad(inputs.to(dtype), everything),
-                            grad_y.to(device=device, dtype=dtype))
-    reference64 = gradients(reference_forward, requiring_grad(inputs.to(torch.float64), everything),
-                            grad_y.to(device=device))
+    ours, torch_grads, reference64 = gradients_three_ways(inputs, grad_y, dtype)
     for name, grad in ours.items():
         assert grad.shape == getattr(inputs, name).shape
         if reference64[name] is None:  # x with R = 0 never reaches the reference's (empty) concatenation
@@ -84,13 +92,7 @@ def test_gradients_through_an_expanded_weight_row(shape, dtype, device):
     def through_expanded_row(function):
         return lambda x, row, bias: function(x, row.expand(K, R * H), bias)
 
-    everything = ("x", "weight", "bias")
-    ours = gradients(through_expanded_row(gather_linear.forward), requiring_grad(inputs, everything),
-                     grad_y.to(device=device, dtype=dtype))
-    torch_grads = gradients(through_expanded_row(reference_forward), requiring_grad(inputs.to(dtype), everything),
-                            grad_y.to(device=device, dtype=dtype))
-    reference64 = gradients(through_expanded_row(reference_forward),
-                            requiring_grad(inputs.to(torch.float64), everything), grad_y.to(device=device))
+    ours, torch_grads, reference64 = gradients_three_ways(inputs, grad_y, dtype, through_expanded_row)
     for name, grad in ours.items():
         assert_matches_reference(grad, torch_grads[name], reference64[name], dtype, what=f"grad of {name}")
 
