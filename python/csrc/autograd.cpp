@@ -15,13 +15,19 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/FuncTorchTLS.h>
-#include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
+#include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/library.h>
 
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "gather_linear/gather_linear.hpp"
@@ -29,7 +35,6 @@
 
 namespace {
 
-using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 using BackwardSignature = std::vector<at::Tensor>(const at::Tensor&, const std::optional<at::Tensor>&,
@@ -125,41 +130,118 @@ at::Tensor forward_below_autograd(const at::Tensor& x, const at::Tensor& weight,
   return gather_linear::torch_binding::forward_operator().call(x, weight, bias);
 }
 
-class GatherLinearFunction : public torch::autograd::Function<GatherLinearFunction> {
+// The gradients of one forward: the library's backward op where it pays, the composed formulas
+// otherwise and under create_graph (grad mode on inside the backward), which must differentiate
+// the backward itself, as the op cannot. No gradient reaching y means none for the inputs.
+variable_list gradients_of(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& weight,
+                           const c10::SymInt& R, const c10::SymInt& B, const c10::SymInt& H,
+                           std::array<bool, 3> wanted) {
+  if (!grad_y.defined()) return variable_list(3);
+  if (at::GradMode::is_enabled() || !library_backward_pays(grad_y))
+    return composed_gradients(grad_y, x, weight, R, B, H, wanted);
+  const std::vector<at::Tensor> computed =
+      backward_operator().call(grad_y, if_defined(x), if_defined(weight), {R, B, H}, wanted);
+  variable_list gradients(3);
+  auto next = computed.begin();
+  for (std::size_t i = 0; i < 3; ++i)
+    if (wanted[i]) gradients[i] = *next++;
+  return gradients;
+}
+
+// gradients_of as compiled autograd calls it: y's gradient, then the arguments
+// GatherLinearBackward::apply_with_saved packs.
+variable_list gradients_from_packed(const variable_list& grads, const std::vector<c10::IValue>& arguments) {
+  torch::dynamo::autograd::PackedArgs packed(arguments);
+  const auto x = packed.unpack<at::Tensor>();
+  const auto weight = packed.unpack<at::Tensor>();
+  const auto R = packed.unpack<c10::SymInt>(), B = packed.unpack<c10::SymInt>(), H = packed.unpack<c10::SymInt>();
+  return gradients_of(grads[0], x, weight, R, B, H, packed.unpack<std::array<bool, 3>>());
+}
+
+// The graph node of one forward, written as ATen's generated nodes are rather than as a
+// torch::autograd::Function: that one's context (saved-data map, per-input metadata, output
+// wrapping) cost 4.5 us per call on the seed problem against this node's 1.9 (2-core VM,
+// docs/PERFORMANCE.md), more than the forward itself. Its edges are x's, weight's and bias's (an
+// absent bias an invalid edge, whose gradient is never wanted).
+class GatherLinearBackward final : public torch::autograd::Node {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias) {
-    at::Tensor y = forward_below_autograd(x, weight, bias);
-    // dX reads only W and dW only x: keep just what the requested gradients need.
-    ctx->save_for_backward({weight.requires_grad() ? x : at::Tensor(), x.requires_grad() ? weight : at::Tensor()});
-    // Symbolic sizes under torch.compile: reading them as integers would specialise the compiled
-    // graph to this call's shape.
-    ctx->saved_data["R"] = x.sym_size(0);
-    ctx->saved_data["B"] = x.sym_size(1);
-    ctx->saved_data["H"] = x.sym_size(2);
-    ctx->saved_data["has_bias"] = bias.has_value();  // an absent bias is no autograd input at all
-    return y;
+  // dX reads only W and dW only x: keep just what the requested gradients need. Symbolic sizes
+  // under torch.compile: reading them as integers would specialise the graph to this call's shape.
+  GatherLinearBackward(const at::Tensor& x, const at::Tensor& weight)
+      : R_(x.sym_size(0)), B_(x.sym_size(1)), H_(x.sym_size(2)) {
+    if (weight.requires_grad()) x_ = torch::autograd::SavedVariable(x, /*is_output=*/false);
+    if (x.requires_grad()) weight_ = torch::autograd::SavedVariable(weight, /*is_output=*/false);
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& weight = saved[1];
-    const at::Tensor& grad_y = grad_outputs[0];
-    const c10::SymInt R = ctx->saved_data["R"].toSymInt(), B = ctx->saved_data["B"].toSymInt(),
-                      H = ctx->saved_data["H"].toSymInt();
-    const std::array<bool, 3> wanted = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                        ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)};
-    if (at::GradMode::is_enabled() || !library_backward_pays(grad_y))
-      return composed_gradients(grad_y, x, weight, R, B, H, wanted);
-    const std::vector<at::Tensor> computed =
-        backward_operator().call(grad_y, if_defined(x), if_defined(weight), {R, B, H}, wanted);
-    variable_list gradients(3);
-    auto next = computed.begin();
-    for (std::size_t i = 0; i < 3; ++i)
-      if (wanted[i]) gradients[i] = *next++;
+  std::string name() const override { return "GatherLinearBackward"; }
+
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return gradients_of(grads[0], x_.unpack(), weight_.unpack(), R_, B_, H_, wanted());
+  }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    x_.reset_data();
+    weight_.reset_data();
+  }
+
+  // Compiled autograd (torch._dynamo.compiled_autograd) keys its cache on what compiled_args
+  // collects and runs gradients_from_packed on the lifted values, opaque to its trace, as it does
+  // a torch::autograd::Function's backward.
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const override {
+    args.collect(name());
+    args.collect(x_, /*is_output=*/false);
+    args.collect(weight_, /*is_output=*/false);
+    args.collect(R_);
+    args.collect(B_);
+    args.collect(H_);
+  }
+
+  variable_list apply_with_saved(const variable_list& grads,
+                                 torch::dynamo::autograd::SwapSavedVariables& saved) override {
+    namespace ca = torch::dynamo::autograd;
+    saved.before(x_);
+    saved.before(weight_);
+    saved.before(R_);
+    saved.before(B_);
+    saved.before(H_);
+    ca::PackedArgs packed;
+    packed.pack(x_.unpack());
+    packed.pack(weight_.unpack());
+    packed.pack(R_);
+    packed.pack(B_);
+    packed.pack(H_);
+    packed.pack(wanted());
+    const std::vector<c10::IValue> arguments = std::move(packed).vec();
+    std::vector<at::TypePtr> schema;
+    for (const c10::IValue& argument : arguments)
+      schema.push_back(argument.isTensor() ? at::TensorType::get() : argument.type());
+    const auto& compiler = ca::getPyCompilerInterface();
+    const std::string function = compiler->bind_function(saved.get_py_compiler(), name(), gradients_from_packed,
+                                                         schema, /*is_custom_function=*/true,
+                                                         /*is_traceable=*/false);
+    const auto output_metadata =
+        ca::IValuePacker<std::vector<std::optional<torch::autograd::InputMetadata>>>::pack(
+            ca::get_input_metadata(next_edges()));
+    variable_list gradients = compiler->call_function(saved.get_py_compiler(), "apply_functional", function, grads,
+                                                      arguments, output_metadata);
+    saved.after(x_);
+    saved.after(weight_);
+    saved.after(R_);
+    saved.after(B_);
+    saved.after(H_);
     return gradients;
   }
+
+ private:
+  // The gradients this backward pass needs (torch.autograd.grad may ask for fewer than require them).
+  std::array<bool, 3> wanted() const {
+    return {task_should_compute_output(0), task_should_compute_output(1), task_should_compute_output(2)};
+  }
+
+  torch::autograd::SavedVariable x_, weight_;
+  c10::SymInt R_, B_, H_;
 };
 
 at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias_in) {
@@ -179,10 +261,11 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& weight, const
   const bool records = at::GradMode::is_enabled() &&
                        (x.requires_grad() || weight.requires_grad() || (bias.has_value() && bias->requires_grad()));
   if (!records) return forward_below_autograd(x, weight, bias);
-  // torch.func's transforms (grad, vjp, jacrev, vmap of a function that takes gradients) cannot run
-  // a C++ torch::autograd::Function. gather_linear.forward and the modules catch this error and run
-  // a Python autograd.Function instead (python/gather_linear/ops.py); a direct call of the op gets
-  // the message. (vmap without gradients needs no autograd: ops.py registers its batching rule.)
+  // torch.func's transforms (grad, vjp, jacrev, vmap of a function that takes gradients) compose
+  // the formulas of a Python autograd.Function (python/gather_linear/ops.py: backward, jvp, and the
+  // vmap rule derived from them; the backward op has no batching rule). gather_linear.forward and
+  // the modules catch this error and run that Function; a direct call of the op gets the message.
+  // (vmap without gradients needs no autograd: ops.py registers its batching rule.)
   if (const auto& functorch = at::functorch::functorchTLSAccessor()) {
     try {
       functorch->checkSupportsCppAutogradFunction();  // throws while a transform is active
@@ -192,7 +275,11 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& weight, const
                       "jacrev) call gather_linear.forward or the modules, not torch.ops.gather_linear.forward");
     }
   }
-  return GatherLinearFunction::apply(x, weight, bias);
+  at::Tensor y = forward_below_autograd(x, weight, bias);
+  const std::shared_ptr<GatherLinearBackward> node(new GatherLinearBackward(x, weight), torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 }  // namespace

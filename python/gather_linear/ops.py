@@ -32,7 +32,7 @@ def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 
 def forward_through_python_autograd(error, x, weight, bias):
     """Where the op refused to run with `error`: inside a torch.func transform (grad, vjp, jacrev,
-    jvp, jacfwd, vmap of them), whose interpreters cannot run the op's C++ autograd Function, or
+    jvp, jacfwd, vmap of them), which the op's C++ autograd kernel leaves to this Function, or
     with dual tensors (forward-mode AD), which it has no formula for: the same forward, with
     backward and forward-mode formulas, through a Python autograd.Function, which both support;
     anything else re-raises. Called from an `except` so that ordinary calls pay nothing."""

@@ -154,6 +154,32 @@ def test_only_requested_gradients_are_computed():
     assert inputs.weight.grad is not None
 
 
+def test_gradients_of_a_subset_asked_of_torch_autograd_grad():
+    # torch.autograd.grad for x alone: the node computes only x's gradient, though all require grad.
+    inputs = requiring_grad(make_inputs(2, 3, 4, 5, dtype=torch.float64), ("x", "weight", "bias"))
+    y = gather_linear.forward(*inputs.as_tuple())
+    grad_y = torch.randn_like(y)
+    (grad_x,) = torch.autograd.grad(y, inputs.x, grad_y)
+    expected = (grad_y @ inputs.weight.detach()).view(3, 2, 4).transpose(0, 1)
+    torch.testing.assert_close(grad_x, expected)
+
+
+def test_graph_node_keeps_autograd_rules_for_saved_inputs():
+    # A second backward through freed buffers, and an input changed in place after the forward
+    # saved it, raise PyTorch's own errors rather than give wrong gradients.
+    inputs = requiring_grad(make_inputs(2, 3, 4, 5), ("weight", "bias"))
+    y = gather_linear.forward(*inputs.as_tuple())
+    assert y.grad_fn.name() == "GatherLinearBackward"
+    y.sum().backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        y.sum().backward()
+
+    y = gather_linear.forward(*inputs.as_tuple())
+    inputs.x.add_(1)  # x is saved for weight's gradient
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 def test_no_graph_without_requires_grad():
     inputs = make_inputs(2, 3, 4, 5)
     y = gather_linear.forward(*inputs.as_tuple())

@@ -1,6 +1,8 @@
 """torch.compile(fullgraph=True): the operator, the module and ModelNew compile without a graph
 break (fullgraph raises on one), forward and backward, and give the eager results."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -75,3 +77,28 @@ def test_compiled_training_with_dynamic_batch_compiles_once(device):
             reference(x_reference).sum().backward()
             torch.testing.assert_close(x.grad, x_reference.grad)
     torch.testing.assert_close(module.weight.grad, reference.weight.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", [("x", "weight", "bias"), ("weight",), ("x",)], ids="+".join)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_compiled_autograd_over_an_eager_forward(which, bias, device):
+    # Compiled autograd (torch._dynamo.compiled_autograd) traces the backward of a forward that ran
+    # eagerly, through the op's graph node: its gradients must be eager autograd's.
+    from torch._dynamo import compiled_autograd
+
+    inputs = make_inputs(4, 12, 32, 56, device=device, bias=bias)
+
+    def gradients(compiled):
+        leaves = [None if t is None else t.detach().clone().requires_grad_(name in which)
+                  for name, t in zip(("x", "weight", "bias"), inputs.as_tuple())]
+        loss = gather_linear.forward(*leaves).square().sum()
+        with compiled_autograd._enable(torch.compile(backend="eager")) if compiled else contextlib.nullcontext():
+            loss.backward()
+        return [None if t is None else t.grad for t in leaves]
+
+    for actual, expected in zip(gradients(compiled=True), gradients(compiled=False)):
+        if expected is None:
+            assert actual is None
+        else:
+            torch.testing.assert_close(actual, expected)
