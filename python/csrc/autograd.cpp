@@ -161,8 +161,8 @@ variable_list gradients_from_packed(const variable_list& grads, const std::vecto
 // The graph node of one forward, written as ATen's generated nodes are rather than as a
 // torch::autograd::Function: that one's context (saved-data map, per-input metadata, output
 // wrapping) cost 3.5-4.0 us per call on the seed problem against this node's 1.5-1.7 (H200 host,
-// docs/PERFORMANCE.md), more than the forward's kernel takes. Its edges are x's, weight's and bias's (an
-// absent bias an invalid edge, whose gradient is never wanted).
+// docs/PERFORMANCE.md), more than the forward's kernel takes. Its edges are x's, weight's and
+// bias's (an absent bias an invalid edge, whose gradient is never wanted).
 class GatherLinearBackward final : public torch::autograd::Node {
  public:
   // dX reads only W and dW only x: keep just what the requested gradients need. Symbolic sizes
