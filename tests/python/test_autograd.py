@@ -180,6 +180,32 @@ def test_graph_node_keeps_autograd_rules_for_saved_inputs():
         y.sum().backward()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_saved_tensor_hooks_and_activation_checkpointing(device):
+    # The node's saved x and weight go through torch.autograd.graph's saved-tensor hooks, which
+    # offloading and torch.utils.checkpoint (non-reentrant) build on.
+    inputs = make_inputs(4, 12, 32, 56, device=device)
+    everything = ("x", "weight", "bias")
+
+    def loss(x, weight, bias):
+        return gather_linear.forward(x, weight, bias).square().sum()
+
+    expected = requiring_grad(inputs, everything)
+    loss(*expected.as_tuple()).backward()
+
+    hooked, packed = requiring_grad(inputs, everything), []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t.shape) or t.clone(), lambda t: t):
+        y = gather_linear.forward(*hooked.as_tuple())
+    y.square().sum().backward()
+    assert sorted(packed) == sorted([inputs.x.shape, inputs.weight.shape])
+
+    checkpointed = requiring_grad(inputs, everything)
+    torch.utils.checkpoint.checkpoint(loss, *checkpointed.as_tuple(), use_reentrant=False).backward()
+    for name in everything:
+        for actual in (hooked, checkpointed):
+            torch.testing.assert_close(getattr(actual, name).grad, getattr(expected, name).grad)
+
+
 def test_no_graph_without_requires_grad():
     inputs = make_inputs(2, 3, 4, 5)
     y = gather_linear.forward(*inputs.as_tuple())
