@@ -7,7 +7,7 @@
 # 12 minutes on an H200 after the build (the sum of those steps' times in the thirty-second session).
 # `bench`: the CLI, the float32, bfloat16 and TF32 sweeps, the GETT on the largest shapes, the op
 # against the library, the KernelBench protocol, the library's backward against GEMM-only, the
-# backward's ATen compositions and a training step, on the build `tests` left (run it right
+# backward's ATen compositions, the autograd node's cost and a training step, on the build `tests` left (run it right
 # after, while the machine is still warm): about 9 minutes.
 # `all` (default): both.
 # `cpu`: the CPU suites and the CPU benchmarks (forward, backward op, training step against eager
@@ -125,6 +125,9 @@ if [[ $phase == bench || $phase == all ]]; then
   timeout 100 python3 bench/kernelbench_seed.py "$out/kernelbench_seed.csv" > "$out/kernelbench_seed.txt" 2>&1 ||
     status=1
   cat "$out/kernelbench_seed.txt"
+
+  step "what recording the autograd graph adds"
+  timeout 100 python3 bench/autograd_overhead.py "$out/autograd_overhead.csv" --rounds 11 || status=1
 
   step "backward variants"
   timeout 120 python3 bench/backward_variants.py "$out/backward_variants.csv" > "$out/backward_variants.txt" 2>&1 ||
