@@ -11,7 +11,7 @@ Each run is the wall clock over back-to-back calls (on the GPU ended by a synchr
 problems are small enough that the host, not the GPU, sets the pace). One package per process:
 to compare two builds of the op, run the script under each with a --label and compare the rows.
 
-    python3 bench/autograd_overhead.py [out.csv] [--device cpu|cuda] [--label L] [--rounds N]
+    python3 bench/autograd_overhead.py [out.csv] [--device cpu|cuda] [--dtype D] [--label L] [--rounds N]
 """
 
 import argparse
@@ -57,6 +57,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("csv", nargs="?", default="bench/results/autograd_overhead.csv")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=("float32", "float64", "bfloat16", "float16"), default="float32")
     parser.add_argument("--label", default="", help="names the build in the CSV")
     parser.add_argument("--rounds", type=int, default=21)
     args = parser.parse_args()
@@ -66,10 +67,11 @@ def main():
     rows = []
     print(f"{'R':>3} {'B':>4} {'H':>4} {'K':>4} {'candidate':>14} {'no_grad us':>10} {'grad us':>8} {'added us':>9} "
           f"{'step us':>8}")
+    dtype = getattr(torch, args.dtype)
     for R, B, H, K in SHAPES:
-        x = torch.rand(R, B, H, device=args.device) - 0.5
-        weight = (torch.rand(K, R * H, device=args.device) - 0.5).requires_grad_()
-        bias = (torch.rand(K, device=args.device) - 0.5).requires_grad_()
+        x = torch.rand(R, B, H, device=args.device, dtype=dtype) - 0.5
+        weight = (torch.rand(K, R * H, device=args.device, dtype=dtype) - 0.5).requires_grad_()
+        bias = (torch.rand(K, device=args.device, dtype=dtype) - 0.5).requires_grad_()
         concatenated = concatenate(x).contiguous()
         candidates = {
             "gather_linear": (gather_linear.forward, (x, weight, bias)),
@@ -84,7 +86,7 @@ def main():
         for name in candidates:
             no_grad, grad = times[(name, "no_grad")], times[(name, "grad")]
             added = statistics.median(g - n for g, n in zip(grad, no_grad))
-            row = dict(R=R, B=B, H=H, K=K, candidate=name, label=args.label,
+            row = dict(R=R, B=B, H=H, K=K, dtype=args.dtype, candidate=name, label=args.label,
                        no_grad_us=f"{statistics.median(no_grad):.2f}", grad_us=f"{statistics.median(grad):.2f}",
                        added_us=f"{added:.2f}", step_us=f"{statistics.median(times[(name, 'step')]):.2f}",
                        device=device_name(args.device), torch=torch.__version__)

@@ -21,7 +21,7 @@ back over rotating input sets, variants in turn, median of five rounds.
 
 On the CPU (--device cpu) smaller shapes run, timed by the wall clock.
 
-    python3 bench/backward_variants.py [out.csv] [--device cpu] [--dtypes bfloat16 ...]
+    python3 bench/backward_variants.py [out.csv] [--device cpu [--small]] [--dtypes bfloat16 ...]
 """
 
 import argparse
@@ -58,6 +58,14 @@ CPU_SHAPES = [
     (26, 512, 64, 1024, torch.bfloat16),
     (8, 1024, 128, 1024, torch.float16),
     (16, 512, 32, 512, torch.float16),
+]
+# --small (CPU): problems small enough that dispatching ATen's ops, not arithmetic, sets the
+# backward's time; every dtype.
+SMALL_CPU_SHAPES = [
+    (R, B, H, K, dtype)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+    for R, B, H, K in ((2, 16, 16, 32), (4, 12, 32, 56), (4, 32, 32, 64), (16, 16, 32, 64), (8, 32, 64, 64),
+                       (4, 64, 64, 128), (8, 64, 64, 128))
 ]
 LAYOUTS = ("contiguous", "head_major")
 
@@ -136,19 +144,21 @@ def main():
     parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
     parser.add_argument("--gradients", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16", "float16"),
-                        default=["float32", "bfloat16", "float16"])
+    parser.add_argument("--dtypes", nargs="+", choices=("float32", "float64", "bfloat16", "float16"),
+                        default=["float32", "float64", "bfloat16", "float16"])
+    parser.add_argument("--small", action="store_true", help="the CPU's small problems (SMALL_CPU_SHAPES)")
     args = parser.parse_args()
     on_gpu = args.device == "cuda"
     timer = timer_for(args.device)
     rows = []
-    for R, B, H, K, dtype in SHAPES if on_gpu else CPU_SHAPES:
+    for R, B, H, K, dtype in SHAPES if on_gpu else SMALL_CPU_SHAPES if args.small else CPU_SHAPES:
         if str(dtype).removeprefix("torch.") not in args.dtypes:
             continue
         for layout in args.layouts:
             sets = input_sets(R, B, H, K, dtype, layout, args.device)
             # About 2 TFLOP per run on the GPU, 20 GFLOP on the CPU.
-            calls = max(20 if on_gpu else 2, int((2e12 if on_gpu else 2e10) / (2 * B * K * R * H)))
+            # (At most 5,000 calls: small problems' runs would otherwise take seconds.)
+            calls = max(20 if on_gpu else 2, min(5000, int((2e12 if on_gpu else 2e10) / (2 * B * K * R * H))))
             for gradient in args.gradients:
                 variants = VARIANTS[gradient]
                 reference = variants[next(iter(variants))](*sets[0])

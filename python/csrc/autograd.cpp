@@ -4,7 +4,8 @@
 // Where it measured faster, the backward is the library's, through the gather_linear::backward
 // op: one call for all the requested gradients (on the GPU each one cuBLASLt GEMM, with a copy of
 // x or of dX where that measured faster; docs/PERFORMANCE.md). That is on the GPU always, and on
-// the CPU by dtype and processor (cpu_backward_pays below). Elsewhere it composes ATen ops:
+// the CPU by dtype and processor (cpu_backward_pays below) and for small problems
+// (cpu_problem_is_small). Elsewhere it composes ATen ops:
 //   dX[r, b, h] = sum_k dY[b, k] W[k, r*H + h]      dW = dY^T cat(x)      db = sum_b dY[b, :]
 // and so does a double backward (create_graph=True: grad mode on inside the backward), which
 // must differentiate the backward itself, as the op cannot.
@@ -120,8 +121,28 @@ bool cpu_backward_pays(at::ScalarType dtype) {
 #endif
 }
 
-bool library_backward_pays(const at::Tensor& grad_y) {
-  return grad_y.is_cuda() || (grad_y.is_cpu() && cpu_backward_pays(grad_y.scalar_type()));
+// Whether a CPU problem is small enough that dispatching ATen's four ops (two GEMMs, the copy
+// that concatenates x, the bias sum) costs more than the arithmetic, so that one call of the
+// library's backward wins whatever the dtype rule above says. Up to these sizes, in multiply-adds
+// R*B*H*K, it took (all three gradients, backward_variants_small_cpu_emr.csv, one 2-core Emerald
+// Rapids VM): float32 0.67-0.79x ATen's time up to 2^18 (1.08-1.19x at 2^19); float64 0.65-0.86x
+// up to 2^17 (0.80-1.07x at 2^18); float16 0.19-0.80x up to 2^22. Sizes that are symbolic (a
+// torch.compile trace) keep the dtype rule, so the compiled graph does not guard on them.
+bool cpu_problem_is_small(at::ScalarType dtype, const c10::SymInt& R, const c10::SymInt& B, const c10::SymInt& H,
+                          const c10::SymInt& K) {
+  const auto r = R.maybe_as_int(), b = B.maybe_as_int(), h = H.maybe_as_int(), k = K.maybe_as_int();
+  if (!r || !b || !h || !k) return false;
+  const int log2_limit = dtype == at::kFloat ? 18 : dtype == at::kDouble ? 17 : 22;
+  const double multiply_adds = static_cast<double>(*r) * static_cast<double>(*b) * static_cast<double>(*h) *
+                               static_cast<double>(*k);  // double: no overflow for any sizes
+  return multiply_adds <= static_cast<double>(std::int64_t{1} << log2_limit);
+}
+
+bool library_backward_pays(const at::Tensor& grad_y, const c10::SymInt& R, const c10::SymInt& B,
+                           const c10::SymInt& H) {
+  if (grad_y.is_cuda()) return true;
+  return grad_y.is_cpu() && (cpu_backward_pays(grad_y.scalar_type()) ||
+                             cpu_problem_is_small(grad_y.scalar_type(), R, B, H, grad_y.sym_size(1)));
 }
 
 at::Tensor forward_below_autograd(const at::Tensor& x, const at::Tensor& weight,
@@ -137,7 +158,7 @@ variable_list gradients_of(const at::Tensor& grad_y, const at::Tensor& x, const 
                            const c10::SymInt& R, const c10::SymInt& B, const c10::SymInt& H,
                            std::array<bool, 3> wanted) {
   if (!grad_y.defined()) return variable_list(3);
-  if (at::GradMode::is_enabled() || !library_backward_pays(grad_y))
+  if (at::GradMode::is_enabled() || !library_backward_pays(grad_y, R, B, H))
     return composed_gradients(grad_y, x, weight, R, B, H, wanted);
   const std::vector<at::Tensor> computed =
       backward_operator().call(grad_y, if_defined(x), if_defined(weight), {R, B, H}, wanted);

@@ -361,9 +361,13 @@ def _cpu_flags_and_vendor():
     return set(flags), vendor
 
 
-def _cpu_backward_through_the_op(dtype):
-    # python/csrc/autograd.cpp, cpu_backward_pays: bfloat16 on AMX tiles or Intel's AVX512-BF16,
-    # float16 without AVX512-FP16, float32 on AMD's processors with AVX-512.
+def _cpu_backward_through_the_op(dtype, R, B, H, K):
+    # python/csrc/autograd.cpp: cpu_problem_is_small (up to 2^18 multiply-adds in float32, 2^17 in
+    # float64, 2^22 in 16-bit), else cpu_backward_pays: bfloat16 on AMX tiles or Intel's
+    # AVX512-BF16, float16 without AVX512-FP16, float32 on AMD's processors with AVX-512.
+    log2_limit = {torch.float32: 18, torch.float64: 17}.get(dtype, 22)
+    if R * B * H * K <= 2**log2_limit:
+        return True
     flags, vendor = _cpu_flags_and_vendor()
     if dtype == torch.bfloat16:
         return {"amx_bf16", "amx_tile"} <= flags or (vendor == "GenuineIntel" and "avx512_bf16" in flags)
@@ -374,13 +378,14 @@ def _cpu_backward_through_the_op(dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_backward_runs_the_op_where_it_pays(dtype, device):
-    # python/csrc/autograd.cpp: the backward op on the GPU and, on the CPU, where it measured
-    # faster on this dtype and processor; ATen's composition elsewhere.
-    inputs = requiring_grad(make_inputs(4, 12, 32, 56, dtype=dtype, device=device), ("x", "weight", "bias"))
+@pytest.mark.parametrize("shape", [(4, 12, 32, 56), (4, 32, 32, 64), (8, 64, 64, 256)], ids=lambda shape: "x".join(map(str, shape)))
+def test_backward_runs_the_op_where_it_pays(shape, dtype, device):
+    # python/csrc/autograd.cpp: the backward op on the GPU and, on the CPU, for small problems and
+    # where it measured faster on this dtype and processor; ATen's composition elsewhere.
+    inputs = requiring_grad(make_inputs(*shape, dtype=dtype, device=device), ("x", "weight", "bias"))
     y = gather_linear.forward(*inputs.as_tuple())
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         y.backward(torch.ones_like(y))
     ran_op = any(event.name == "gather_linear::backward" for event in profile.events())
-    expected = device == "cuda" or _cpu_backward_through_the_op(dtype)
+    expected = device == "cuda" or _cpu_backward_through_the_op(dtype, *shape)
     assert ran_op == expected
