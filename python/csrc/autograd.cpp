@@ -126,8 +126,9 @@ bool cpu_backward_pays(at::ScalarType dtype) {
 // library's backward wins whatever the dtype rule above says. Up to these sizes, in multiply-adds
 // R*B*H*K, it took (all three gradients, backward_variants_small_cpu_emr.csv, one 2-core Emerald
 // Rapids VM): float32 0.67-0.79x ATen's time up to 2^18 (1.08-1.19x at 2^19); float64 0.65-0.86x
-// up to 2^17 (0.80-1.07x at 2^18); float16 0.19-0.80x up to 2^22. Sizes that are symbolic (a
-// torch.compile trace) keep the dtype rule, so the compiled graph does not guard on them.
+// up to 2^17 (0.80-1.07x at 2^18); 16-bit up to 2^22, float16 0.19-0.83x and bfloat16
+// 0.20-0.77x. Sizes that are symbolic (a torch.compile trace) keep the dtype rule, so the compiled
+// graph does not guard on them.
 bool cpu_problem_is_small(at::ScalarType dtype, const c10::SymInt& R, const c10::SymInt& B, const c10::SymInt& H,
                           const c10::SymInt& K) {
   const auto r = R.maybe_as_int(), b = B.maybe_as_int(), h = H.maybe_as_int(), k = K.maybe_as_int();
