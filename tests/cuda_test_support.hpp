@@ -110,8 +110,11 @@ class DeviceTensor {
     view_.device = Device::cuda(0);
   }
 
+  // From pageable memory cudaMemcpy may return before its last bytes reach the device, and the
+  // tests launch on non-blocking streams, which do not wait for it: wait here.
   void upload(const HostTensor& host) const {
-    if (cudaMemcpy(buffer_.data(), host.storage.data(), buffer_.bytes(), cudaMemcpyHostToDevice) != cudaSuccess)
+    if (cudaMemcpy(buffer_.data(), host.storage.data(), buffer_.bytes(), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess)
       throw std::runtime_error("cudaMemcpy to device failed");
   }
   void download(HostTensor& host) const {

@@ -244,6 +244,7 @@ TEST_F(CudaTest, GraphCaptureReplaysWithNewInputs) {
         // NaN bytes: a partial sum left unwritten shows (and compute-sanitizer's initcheck, which
         // does not see the GETT's TMA stores, has nothing to flag).
         CUDA_ASSERT(cudaMemset(workspace.data(), 0xFF, ws_bytes));
+        CUDA_ASSERT(cudaDeviceSynchronize());  // the forwards run on a non-blocking stream
         options.workspace = {workspace.data(), ws_bytes};
       }
       d.forward(options, stream);  // warm-up outside the capture (plan caches)

@@ -324,6 +324,9 @@ Report run_cuda(const Config& c) {
     check(cudaMemcpy(b, in.bias.data(), in.bias.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     d.views.push_back(make_views(c, x, w, b, d.y, Device::cuda(device)));
   }
+  // From pageable memory cudaMemcpy may return before its last bytes land, and the forwards run on
+  // a non-blocking stream, which does not wait for it.
+  check(cudaDeviceSynchronize(), "cudaMemcpy");
   const Options fused = options_for(c, c.kernel), unfused = options_for(c, "cuda_unfused_cublaslt");
   const Views& v0 = d.views[0];
   rep.kernel = select_kernel(v0.x, v0.weight, v0.bias, v0.y, fused);
@@ -333,7 +336,7 @@ Report run_cuda(const Config& c) {
   unfused_ws.workspace = {d.alloc(ws_bytes), ws_bytes};
 
   auto run_checked = [&](const Options& o) {
-    check(cudaMemset(d.y, 0xff, y_bytes), "cudaMemset");  // all-ones bits: NaN in every dtype
+    check(cudaMemsetAsync(d.y, 0xff, y_bytes, stream), "cudaMemsetAsync");  // all-ones bits: NaN in every dtype
     forward(v0.x, v0.weight, v0.bias, v0.y, o, stream);
     check(cudaStreamSynchronize(stream), "forward");
     std::vector<std::byte> y(y_bytes);
