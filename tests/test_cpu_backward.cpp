@@ -2,6 +2,7 @@
 // gradient; partial requests; determinism; and every bad argument named, with nothing written.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 
 #include "backward_support.hpp"
@@ -194,6 +195,36 @@ TEST_F(BackwardValidation, WorkspaceBytesValidatesToo) {
   EXPECT_EQ(backward_workspace_bytes(grad_y, x, weight, gradients), 0u);  // none on the CPU
   grad_y.sizes[0] = 4;
   EXPECT_THROW(backward_workspace_bytes(grad_y, x, weight, gradients), Error);
+}
+
+// The exact reference sums blocks of gradients side by side; each must still be its definition's
+// sum in its order, bit for bit, on blocks' edges (extents around multiples of 4 and 8) and in
+// every layout.
+TEST(CpuReference, BlockedGradientsAreTheDefinitionsBitForBit) {
+  const Shape shapes[] = {{1, 1, 1, 1}, {3, 5, 3, 9}, {2, 4, 4, 8}, {4, 9, 3, 17}};
+  for (const BackwardCase& c : all_backward_cases(shapes, std::array{DType::float32, DType::float64, DType::bfloat16, DType::float16})) {
+    const BackwardOperands o = make_backward_operands(c, 13);
+    const auto [R, B, H, K] = c.shape;
+    const cpu::ReferenceGradients g =
+        cpu::reference_backward(validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients()));
+    for (std::int64_t k = 0; k < K; ++k) {
+      double bias = 0;
+      for (std::int64_t b = 0; b < B; ++b) bias += o.grad_y.at({b, k});
+      ASSERT_EQ(g.bias[static_cast<std::size_t>(k)], bias) << c << " k=" << k;
+      for (std::int64_t column = 0; column < R * H; ++column) {
+        double weight = 0;
+        for (std::int64_t b = 0; b < B; ++b) weight += o.grad_y.at({b, k}) * o.x.at({column / H, b, column % H});
+        ASSERT_EQ(g.weight[static_cast<std::size_t>(k * R * H + column)], weight) << c << " k=" << k << " c=" << column;
+      }
+    }
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < H; ++h) {
+          double x = 0;
+          for (std::int64_t k = 0; k < K; ++k) x += o.grad_y.at({b, k}) * o.weight.at({k, r * H + h});
+          ASSERT_EQ(g.x[static_cast<std::size_t>((r * B + b) * H + h)], x) << c << " r=" << r << " b=" << b << " h=" << h;
+        }
+  }
 }
 
 }  // namespace

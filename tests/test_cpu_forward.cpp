@@ -375,5 +375,37 @@ TEST(CpuForwardDeterminism, SameInputsSameBits) {
   EXPECT_EQ(a.y.storage, b.y.storage);
 }
 
+// The exact reference sums blocks of rows by outputs side by side; each output must still be the
+// definition's sum in its order, bit for bit, on blocks' edges (B and K around multiples of 4 and
+// 8), strided views and a subset of rows in any order.
+TEST(CpuReference, BlockedSumsAreTheDefinitionsBitForBit) {
+  const Shape shapes[] = {{1, 1, 1, 1}, {3, 5, 7, 9}, {2, 4, 16, 8}, {4, 9, 8, 17}, {2, 13, 3, 31}};
+  for (const Shape& s : shapes)
+    for (DType dtype : {DType::float32, DType::float64, DType::bfloat16, DType::float16})
+      for (Layout layout : {Layout::contiguous, Layout::head_major, Layout::strided})
+        for (bool bias : {true, false}) {
+          const Case c{s, dtype, layout, bias};
+          const Operands o = make_operands(c, 11);
+          const auto definition = [&](std::int64_t b, std::int64_t k) {
+            double sum = bias ? o.bias.at({k}) : 0.0;
+            for (std::int64_t r = 0; r < s.R; ++r)
+              for (std::int64_t h = 0; h < s.H; ++h) sum += o.x.at({r, b, h}) * o.weight.at({k, r * s.H + h});
+            return sum;
+          };
+          const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+          const std::vector<double> all = cpu::reference_forward(p);
+          std::vector<std::int64_t> rows;
+          for (std::int64_t b = s.B - 1; b >= 0; b -= 2) rows.push_back(b);
+          const std::vector<double> some = cpu::reference_forward_rows(p, rows);
+          for (std::int64_t b = 0; b < s.B; ++b)
+            for (std::int64_t k = 0; k < s.K; ++k)
+              ASSERT_EQ(all[static_cast<std::size_t>(b * s.K + k)], definition(b, k)) << c << " b=" << b << " k=" << k;
+          for (std::size_t i = 0; i < rows.size(); ++i)
+            for (std::int64_t k = 0; k < s.K; ++k)
+              ASSERT_EQ(some[i * static_cast<std::size_t>(s.K) + static_cast<std::size_t>(k)], definition(rows[i], k))
+                  << c << " row " << rows[i] << " k=" << k;
+        }
+}
+
 }  // namespace
 }  // namespace gather_linear
