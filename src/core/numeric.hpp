@@ -71,7 +71,8 @@ template <> inline double store_as<double>(double v) { return v; }
 inline float to_float_rounded_to_odd(double v) {
   float f = static_cast<float>(v);
   if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v))  // a step toward zero (f is finite, not 0)
+    f = std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) - 1u);
   return std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) | 1u);
 }
 template <> inline Half store_as<Half>(double v) { return to_half(to_float_rounded_to_odd(v)); }
