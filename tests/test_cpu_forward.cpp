@@ -377,12 +377,13 @@ TEST(CpuForwardDeterminism, SameInputsSameBits) {
 
 // The exact reference sums blocks of rows by outputs side by side; each output must still be the
 // definition's sum in its order, bit for bit, on blocks' edges (B and K around multiples of 4 and
-// 8), strided views and a subset of rows in any order.
+// 8), every layout and a subset of rows in any order.
 TEST(CpuReference, BlockedSumsAreTheDefinitionsBitForBit) {
   const Shape shapes[] = {{1, 1, 1, 1}, {3, 5, 7, 9}, {2, 4, 16, 8}, {4, 9, 8, 17}, {2, 13, 3, 31}};
   for (const Shape& s : shapes)
     for (DType dtype : {DType::float32, DType::float64, DType::bfloat16, DType::float16})
-      for (Layout layout : {Layout::contiguous, Layout::head_major, Layout::strided})
+      for (Layout layout : {Layout::contiguous, Layout::head_major, Layout::strided, Layout::broadcast_rows,
+                            Layout::misaligned, Layout::b_unit})
         for (bool bias : {true, false}) {
           const Case c{s, dtype, layout, bias};
           const Operands o = make_operands(c, 11);
