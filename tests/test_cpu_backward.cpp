@@ -2,7 +2,6 @@
 // gradient; partial requests; determinism; and every bad argument named, with nothing written.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <string>
 
 #include "backward_support.hpp"
@@ -202,7 +201,8 @@ TEST_F(BackwardValidation, WorkspaceBytesValidatesToo) {
 // every layout.
 TEST(CpuReference, BlockedGradientsAreTheDefinitionsBitForBit) {
   const Shape shapes[] = {{1, 1, 1, 1}, {3, 5, 3, 9}, {2, 4, 4, 8}, {4, 9, 3, 17}};
-  for (const BackwardCase& c : all_backward_cases(shapes, std::array{DType::float32, DType::float64, DType::bfloat16, DType::float16})) {
+  const DType dtypes[] = {DType::float32, DType::float64, DType::bfloat16, DType::float16};
+  for (const BackwardCase& c : all_backward_cases(shapes, dtypes)) {
     const BackwardOperands o = make_backward_operands(c, 13);
     const auto [R, B, H, K] = c.shape;
     const cpu::ReferenceGradients g =

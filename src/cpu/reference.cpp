@@ -50,10 +50,10 @@ void dot_products_in_order(std::span<const In* const> a_rows, std::span<const st
   for (; i < a_rows.size(); ++i) sum_rows.template operator()<1>(i);
 }
 
-// Element offsets start + i * stride for i < count.
-std::vector<std::int64_t> strided_offsets(std::int64_t count, std::int64_t stride, std::int64_t start = 0) {
+// Element offsets i * stride for i < count.
+std::vector<std::int64_t> strided_offsets(std::int64_t count, std::int64_t stride) {
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i) offsets[static_cast<std::size_t>(i)] = start + i * stride;
+  for (std::int64_t i = 0; i < count; ++i) offsets[static_cast<std::size_t>(i)] = i * stride;
   return offsets;
 }
 
@@ -118,18 +118,18 @@ ReferenceGradients reference_backward(const BackwardProblem& bp) {
   g.bias.assign(static_cast<std::size_t>(p.K), 0.0);
   visit_floating_dtype(p.dtype, [&]<class In>() {
     const auto none = [](std::size_t, std::size_t) { return 0.0; };
-    const std::vector<const In*> grad_y_rows = row_pointers<In>(bp.grad_y, strided_offsets(p.B, bp.grad_y_stride_b));
-    const std::vector<const In*> grad_y_columns = row_pointers<In>(bp.grad_y, strided_offsets(p.K, 1));
-    const std::vector<const In*> weight_columns = row_pointers<In>(p.weight, strided_offsets(p.RH, p.weight_stride_c));
-    const std::vector<const In*> x_columns = row_pointers<In>(p.x, concatenation_offsets(p));
+    // grad_y's elements: a row's (over k) and a column's (over b).
+    const std::vector<std::int64_t> grad_y_row = strided_offsets(p.K, 1);
+    const std::vector<std::int64_t> grad_y_column = strided_offsets(p.B, bp.grad_y_stride_b);
     // grad_x: row b of grad_y against column c of the weight, over k.
-    dot_products_in_order<In>(grad_y_rows, strided_offsets(p.K, 1), weight_columns,
+    dot_products_in_order<In>(row_pointers<In>(bp.grad_y, grad_y_column), grad_y_row,
+                              row_pointers<In>(p.weight, strided_offsets(p.RH, p.weight_stride_c)),
                               strided_offsets(p.K, p.weight_stride_k), none,
                               [&](std::size_t b, std::size_t c, double sum) { g.x[(c / H * B + b) * H + c % H] = sum; });
     // grad_W: column k of grad_y against column c of the concatenation, over b.
-    dot_products_in_order<In>(grad_y_columns, strided_offsets(p.B, bp.grad_y_stride_b), x_columns,
-                              strided_offsets(p.B, p.x_stride_b), none,
-                              [&](std::size_t k, std::size_t c, double sum) { g.weight[k * RH + c] = sum; });
+    dot_products_in_order<In>(row_pointers<In>(bp.grad_y, grad_y_row), grad_y_column,
+                              row_pointers<In>(p.x, concatenation_offsets(p)), strided_offsets(p.B, p.x_stride_b),
+                              none, [&](std::size_t k, std::size_t c, double sum) { g.weight[k * RH + c] = sum; });
     const In* grad_y = static_cast<const In*>(bp.grad_y);
     for (std::int64_t k = 0; k < p.K; ++k)
       for (std::int64_t b = 0; b < p.B; ++b)
