@@ -19,11 +19,31 @@ namespace gather_linear::testing {
     ASSERT_EQ(status_, cudaSuccess) << #call << ": " << cudaGetErrorString(status_);          \
   } while (0)
 
-// Owned device memory (nothing for zero bytes).
+inline int current_device() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) throw std::runtime_error("cudaGetDevice failed");
+  return device;
+}
+
+// Makes `device` current for the scope, then the device that was.
+class OnDevice {
+ public:
+  explicit OnDevice(int device) : previous_(current_device()) {
+    if (cudaSetDevice(device) != cudaSuccess) throw std::runtime_error("cudaSetDevice failed");
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+  ~OnDevice() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_;
+};
+
+// Owned memory on the device current at construction (nothing for zero bytes).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes), device_(current_device()) {
     if (bytes > 0 && cudaMalloc(&data_, bytes) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -32,17 +52,23 @@ class DeviceBuffer {
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(bytes_, o.bytes_);
+    std::swap(device_, o.device_);
     return *this;
   }
   ~DeviceBuffer() {
-    if (data_) cudaFree(data_);
+    if (data_) {
+      const OnDevice on(device_);
+      cudaFree(data_);
+    }
   }
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
+  int device() const { return device_; }
 
  private:
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  int device_ = 0;
 };
 
 // A non-blocking stream, destroyed with the scope.
@@ -98,7 +124,8 @@ class CapturedGraph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
-// A device copy of a HostTensor's whole storage; the view keeps the host view's strides.
+// A copy of a HostTensor's whole storage on the device current at construction; the view keeps
+// the host view's strides.
 class DeviceTensor {
  public:
   DeviceTensor() = default;
@@ -107,17 +134,20 @@ class DeviceTensor {
     view_ = host.view;
     const auto offset_bytes = host.offset * static_cast<std::int64_t>(dtype_size(host.view.dtype));
     view_.data = static_cast<std::byte*>(buffer_.data()) + offset_bytes;
-    view_.device = Device::cuda(0);
+    view_.device = Device::cuda(buffer_.device());
   }
 
   // From pageable memory cudaMemcpy may return before its last bytes reach the device, and the
   // tests launch on non-blocking streams, which do not wait for it: wait here.
   void upload(const HostTensor& host) const {
+    const OnDevice on(buffer_.device());
     if (cudaMemcpy(buffer_.data(), host.storage.data(), buffer_.bytes(), cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaDeviceSynchronize() != cudaSuccess)
       throw std::runtime_error("cudaMemcpy to device failed");
   }
+  // On the buffer's device, whichever is current.
   void download(HostTensor& host) const {
+    const OnDevice on(buffer_.device());
     if (cudaMemcpy(host.storage.data(), buffer_.data(), buffer_.bytes(), cudaMemcpyDeviceToHost) != cudaSuccess)
       throw std::runtime_error("cudaMemcpy to host failed");
   }

@@ -272,6 +272,45 @@ TEST_F(CudaBackwardTest, GraphCaptureReplaysWithNewInputs) {
   }
 }
 
+// backward() runs on the tensors' device whichever device is current, and leaves the current
+// device as it found it, both ways round (as the forward's test): float32 (a staged gradient of
+// x), float64, bfloat16 with slices side by side and with the concatenated form, and TF32.
+TEST_F(CudaBackwardTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
+  int devices = 0;
+  CUDA_ASSERT(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices";
+  Options tf32;
+  tf32.fp32_precision = Fp32Precision::tf32;
+  const struct {
+    BackwardCase c;
+    Options options;
+  } runs[] = {
+      {{{4, 600, 32, 56}, DType::float32, BackwardLayout::contiguous, BackwardLayout::strided}, {}},
+      {{{5, 97, 31, 37}, DType::float64, BackwardLayout::head_major, BackwardLayout::head_major}, {}},
+      {{{8, 1024, 128, 1024}, DType::bfloat16, BackwardLayout::head_major, BackwardLayout::head_major}, {}},
+      {{{4, 4096, 64, 64}, DType::bfloat16, BackwardLayout::contiguous, BackwardLayout::contiguous}, {}},
+      {{{8, 512, 64, 512}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous}, tf32},
+  };
+  for (const int operands_device : {0, 1}) {
+    const int other = 1 - operands_device;
+    const OnDevice on(operands_device);
+    for (const auto& run : runs) {
+      const std::string label = "operands on device " + std::to_string(operands_device) + ", device " +
+                                std::to_string(other) + " current";
+      BackwardOperands o = make_backward_operands(run.c, 17);
+      DeviceBackwardOperands d(o);
+      CUDA_ASSERT(cudaSetDevice(other));
+      d.backward(run.options);
+      EXPECT_EQ(current_device(), other) << label << " " << run.c;
+      CUDA_ASSERT(cudaSetDevice(operands_device));
+      const cudaError_t status = cudaDeviceSynchronize();
+      ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << label << " " << run.c;
+      d.download(o);
+      expect_gradients_accurate(o, run.c, label, run.options.fp32_precision);
+    }
+  }
+}
+
 TEST_F(CudaBackwardTest, DeviceErrorsWriteNothing) {
   const BackwardCase c{{2, 3, 4, 5}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
   BackwardOperands o = make_backward_operands(c, 1);

@@ -385,26 +385,6 @@ TEST_F(CudaTest, ScratchOfAGoneStreamIsNotReusedEarly) {
   }
 }
 
-// forward() runs on the tensors' device whichever device is current, and leaves the current
-// device as it found it.
-TEST_F(CudaTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
-  int devices = 0;
-  CUDA_ASSERT(cudaGetDeviceCount(&devices));
-  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices";
-  const Case c{{8, 300, 64, 200}, DType::float32, Layout::head_major, true};
-  for (const char* kernel : {"auto", "cuda_latency", kMma, "cuda_simt_tiled", kBaseline}) {
-    const double err = error_of_run(c, 41, kernel, [&](const DeviceOperands& d) {  // operands on device 0
-      CUDA_ASSERT(cudaSetDevice(1));
-      d.forward(options_for(kernel));
-      int current = -1;
-      CUDA_ASSERT(cudaGetDevice(&current));
-      EXPECT_EQ(current, 1) << kernel;
-      CUDA_ASSERT(cudaSetDevice(0));
-    });
-    EXPECT_LE(err, 1e-5) << kernel;
-  }
-}
-
 TEST_F(CudaTest, DeterministicBits) {
   const Case cases[] = {{{8, 700, 64, 300}, DType::float32, Layout::contiguous, true},
                         {{8, 16, 64, 300}, DType::bfloat16, Layout::contiguous, true}};
@@ -617,10 +597,10 @@ TEST_F(CudaTest, OverlappingWeightRowsRunFused) {
 
 constexpr const char* kGett = "cuda_gett_sm90";
 
-bool is_sm90() {
+bool is_sm90(int device = 0) {
   int major = 0, minor = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
          minor == 0;
 }
 
@@ -1171,6 +1151,75 @@ TEST_F(CudaTest, GettGraphDeterminismAndMemory) {
   EXPECT_EQ(first.storage, again.storage);
 
   expect_graph_replays_match(c, d, options, stream, 2, 200, 2e-2);
+}
+
+// ---- More than one GPU ----
+
+// forward() runs on the tensors' device whichever device is current, and leaves the current
+// device as it found it. Both ways round (operands on the first GPU with the second current, then
+// on the second with the first current), every kernel family: the second way meets each kernel's
+// per-device state (shared-memory limits, occupancy, cuBLASLt handles, GETT plans, the workspace
+// cache) on a GPU the rest of the suite leaves alone. The GETT's cases check that the dispatcher
+// takes the configuration they are there for (on an H200).
+TEST_F(CudaTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
+  int devices = 0;
+  CUDA_ASSERT(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices";
+  constexpr Fp32Precision ieee = Fp32Precision::ieee, tf32 = Fp32Precision::tf32;
+  struct Run {
+    Case c;
+    const char* kernel;
+    Fp32Precision precision = ieee;
+    const char* gett_configuration = nullptr;  // what "auto" takes, where it should be the GETT
+  };
+  const Case mid{{8, 300, 64, 200}, DType::float32, Layout::head_major, true};
+  const Case gett_sized{{8, 1024, 128, 1024}, DType::bfloat16, Layout::head_major, true};
+  const Run runs[] = {
+      {mid, "auto"},
+      {mid, "cuda_latency"},
+      {mid, kMma},
+      {mid, "cuda_simt_tiled"},
+      {mid, kBaseline},
+      {{{4, 12, 32, 56}, DType::float64, Layout::contiguous, true}, "auto"},         // the latency kernel in double
+      {{{8, 1024, 128, 1024}, DType::float32, Layout::contiguous, true}, kMma},      // exact float32 (3xTF32)
+      {{{32, 8, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, kWeightStream},
+      {{{32, 1, 128, 512}, DType::bfloat16, Layout::contiguous, true}, kWeightStream},  // a cluster splits it
+      {gett_sized, "auto", ieee, "bf16_cooperative_128x64"},
+      {{{8, 1024, 128, 1024}, DType::float32, Layout::head_major, true}, kGett, tf32},
+      {{{32, 48, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, "auto", ieee, "bf16_weight_rows_pingpong_64x64"},
+      {{{64, 48, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, "auto", ieee,
+       "bf16_weight_rows_split_pingpong_64x64"},
+      {gett_sized, kBaseline},
+  };
+  for (const int operands_device : {0, 1}) {
+    const int other = 1 - operands_device;
+    const OnDevice on(operands_device);
+    int sms = 0;
+    CUDA_ASSERT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, operands_device));
+    for (const Run& run : runs) {
+      std::ostringstream label;
+      label << run.c << " kernel " << run.kernel << " on device " << operands_device << ", device " << other
+            << " current";
+      const bool gett = run.gett_configuration != nullptr || std::string(run.kernel) == kGett;
+      if (gett && !is_sm90(operands_device)) continue;
+      const Options options = options_for(run.kernel, run.precision);
+      const double limit = accuracy_limit(run.c, run.precision);
+      const double err = error_of_run(run.c, 41, label.str(), [&](const DeviceOperands& d) {
+        if (run.gett_configuration != nullptr && sms == 132) {
+          const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+          EXPECT_EQ(select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options), kGett)
+              << label.str();
+          EXPECT_EQ(cuda::gett::choose(p).variant->name, std::string(run.gett_configuration)) << label.str();
+        }
+        CUDA_ASSERT(cudaSetDevice(other));
+        d.forward(options);
+        EXPECT_EQ(current_device(), other) << label.str();
+        CUDA_ASSERT(cudaSetDevice(operands_device));
+      });
+      ASSERT_FALSE(std::isnan(err)) << label.str() << ": NaN left in y";
+      EXPECT_LE(err, limit) << label.str();
+    }
+  }
 }
 
 }  // namespace
