@@ -175,14 +175,3 @@ def test_cuda_result_on_current_stream(dtype):
     torch.cuda.current_stream().wait_stream(side)
     torch_result = reference_forward(*inputs.to(dtype).as_tuple())
     assert_matches_reference(actual, torch_result, reference_forward(*inputs.to(torch.float64).as_tuple()), dtype)
-
-
-@pytest.mark.gpu
-def test_second_device_if_present():
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA devices")
-    inputs = make_inputs(4, 12, 32, 56, device="cuda:1")
-    actual = gather_linear.forward(*inputs.as_tuple())
-    assert actual.device == torch.device("cuda:1")
-    check_forward(inputs, torch.float32)
-

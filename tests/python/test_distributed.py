@@ -1,0 +1,154 @@
+"""More than one device: the op on a second GPU, whichever GPU is current, and under
+torch.distributed, one process per device: data-parallel training (DDP) of GatherLinear against
+nn.Linear, and a tensor-parallel activation gathered from every rank into one (R, B, H) buffer that
+the op reads in place (the "virtual all-gather"). The distributed tests run on the CPU too (gloo,
+two processes), so CI covers them; on CUDA (NCCL) they need two GPUs."""
+
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import gather_linear
+from support import assert_matches_reference, make_inputs, reference_forward
+
+WORLD = 2
+DISTRIBUTED_DEVICES = [pytest.param("cpu", id="cpu_gloo"), pytest.param("cuda", id="cuda_nccl", marks=pytest.mark.gpu)]
+
+
+def needs_two_gpus():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+
+
+# ---- The second GPU ----
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+# The latency kernel, the weight-streaming kernel, the GETT (16-bit; float32 takes the tensor-core
+# kernel or cuBLASLt) and its split reduction.
+@pytest.mark.parametrize("shape", [(4, 12, 32, 56), (32, 8, 128, 2048), (8, 1024, 128, 1024), (64, 48, 128, 1024)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_second_gpu_forward_and_gradients(shape, dtype):
+    needs_two_gpus()
+    torch.cuda.set_device(0)
+    inputs = make_inputs(*shape, dtype=dtype, device="cuda:1", head_major=True)
+    leaves = [t.detach().requires_grad_() for t in inputs.as_tuple()]
+    y = gather_linear.forward(*leaves)
+    assert y.device == torch.device("cuda:1")
+    assert torch.cuda.current_device() == 0
+    reference64 = reference_forward(*inputs.to(torch.float64).as_tuple())
+    assert_matches_reference(y, reference_forward(*inputs.to(dtype).as_tuple()), reference64, dtype)
+
+    grad_y = torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    y.backward(grad_y.to(device=y.device, dtype=dtype))
+    assert torch.cuda.current_device() == 0
+    theirs = [t.detach().requires_grad_() for t in inputs.to(dtype).as_tuple()]
+    reference_forward(*theirs).backward(grad_y.to(device=y.device, dtype=dtype))
+    exact = [t.detach().requires_grad_() for t in inputs.to(torch.float64).as_tuple()]
+    reference_forward(*exact).backward(grad_y.to(y.device))
+    for name, ours, torch_leaf, exact_leaf in zip(("x", "weight", "bias"), leaves, theirs, exact):
+        assert ours.grad.device == torch.device("cuda:1")
+        assert_matches_reference(ours.grad, torch_leaf.grad, exact_leaf.grad, dtype, what=f"grad of {name}")
+
+
+@pytest.mark.gpu
+def test_second_gpu_graph_capture():
+    """Captured on a stream of the second GPU, replayed on new inputs."""
+    needs_two_gpus()
+    torch.cuda.set_device(0)
+    module = gather_linear.GatherLinear(8, 64, 200).to("cuda:1")
+    x = torch.randn(8, 300, 64, device="cuda:1")
+    stream = torch.cuda.Stream(device="cuda:1")
+    with torch.no_grad(), torch.cuda.stream(stream):
+        module(x)  # one call before capture (the unfused fallback's cuBLASLt handle, scratch)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            y = module(x)
+        for seed in range(3):
+            x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)))
+            graph.replay()
+            stream.synchronize()
+            expected = F.linear(torch.cat(list(x.double()), dim=-1), module.weight.double(), module.bias.double())
+            torch.testing.assert_close(y.double(), expected, atol=1e-4, rtol=1e-4)
+
+
+# ---- torch.distributed: one process per device ----
+
+def spawn(worker, device_type, tmp_path, *args):
+    if device_type == "cuda":
+        needs_two_gpus()
+    mp.spawn(worker, args=(device_type, str(tmp_path / "rendezvous"), *args), nprocs=WORLD)
+
+
+def join_group(rank, device_type, rendezvous):
+    """The process group of the WORLD ranks (NCCL on CUDA, gloo on the CPU) and this rank's device."""
+    if device_type == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=f"file://{rendezvous}",
+                            rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=120))
+    return torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
+
+
+def data_parallel_worker(rank, device_type, rendezvous):
+    device = join_group(rank, device_type, rendezvous)
+    try:
+        R, B, H, K = 4, 12, 32, 56
+        torch.manual_seed(0)  # the same initial parameters on every rank
+        ours = gather_linear.GatherLinear(R, H, K).to(device)
+        linear = nn.Linear(R * H, K).to(device)
+        linear.load_state_dict(ours.state_dict())
+        device_ids = [rank] if device_type == "cuda" else None
+        models = [DistributedDataParallel(ours, device_ids=device_ids),
+                  DistributedDataParallel(linear, device_ids=device_ids)]
+        optimizers = [torch.optim.SGD(model.parameters(), lr=0.5) for model in models]
+        data = torch.Generator().manual_seed(100 + rank)  # every rank its own batches
+        for _ in range(3):
+            x, target = torch.randn(R, B, H, generator=data).to(device), torch.randn(B, K, generator=data).to(device)
+            for model, optimizer, model_input in zip(models, optimizers, (x, torch.cat(list(x), dim=-1))):
+                optimizer.zero_grad()
+                F.mse_loss(model(model_input), target).backward()
+                optimizer.step()
+        # DDP averaged the gradients: the same steps as nn.Linear's, and the same bits on every rank.
+        for name in ("weight", "bias"):
+            mine = getattr(ours, name).detach()
+            torch.testing.assert_close(mine, getattr(linear, name).detach(), atol=1e-5, rtol=1e-5)
+            everyone = [torch.empty_like(mine) for _ in range(WORLD)]
+            dist.all_gather(everyone, mine)
+            assert all(torch.equal(everyone[0], theirs) for theirs in everyone), f"{name} differs between ranks"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("device_type", DISTRIBUTED_DEVICES)
+def test_data_parallel_training_matches_linear(device_type, tmp_path):
+    spawn(data_parallel_worker, device_type, tmp_path)
+
+
+def all_gather_worker(rank, device_type, rendezvous, dtype):
+    device = join_group(rank, device_type, rendezvous)
+    try:
+        B, H, K = 512, 128, 512
+        # Every rank holds its shard (B, H) of the activation; all_gather_into_tensor lays the shards
+        # end to end in one buffer, which is x (WORLD, B, H) as it is: no torch.cat.
+        full = make_inputs(WORLD, B, H, K, dtype=dtype, device=device, seed=5)
+        shard = full.x[rank].clone()
+        gathered = torch.empty(WORLD * B, H, dtype=dtype, device=device)
+        dist.all_gather_into_tensor(gathered, shard)
+        x = gathered.view(WORLD, B, H)
+        y = gather_linear.forward(x, full.weight, full.bias)
+        torch_result = reference_forward(*full.to(dtype).as_tuple())
+        assert_matches_reference(y, torch_result, reference_forward(*full.to(torch.float64).as_tuple()), dtype)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("device_type", DISTRIBUTED_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_tensor_parallel_shards_gathered_in_place(device_type, dtype, tmp_path):
+    spawn(all_gather_worker, device_type, tmp_path, dtype)
