@@ -21,6 +21,7 @@
 //                                                        > variants.csv
 //   kernel_variants gett_large R,B,H,K                  > variants.csv   (that shape only, bfloat16)
 //   kernel_variants host                                 > host.csv
+//   kernel_variants latency_cold                         > cold.csv   (KernelBench's flush before each launch)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -226,6 +227,84 @@ void latency_sweep(cudaStream_t stream) {
     row(s, "mma_bf16_64x64", in16, mma_run(Fp32Precision::ieee, cuda::MmaTile::rows64_cols64), unfused16, stream);
     row(s, "unfused_cublaslt", in16, unfused16, unfused16, stream, false);
   }
+}
+
+// The latency kernel's candidates as the KernelBench protocol times a forward: each trial
+// synchronizes, writes a 256 MB buffer (which evicts the L2 and leaves it full of dirty lines),
+// then times one launch between an event pair; candidates take turns trial by trial. Floors: an
+// empty kernel, the dispatched grid storing y without loads, and a single thread loading one
+// element the flush evicted. Mean, median and minimum of the trials, in µs.
+void latency_cold_sweep(cudaStream_t stream) {
+  std::printf("R,B,H,K,dtype,variant,cold_mean_us,cold_median_us,cold_min_us,rel_diff\n");
+  constexpr std::size_t kFlushBytes = std::size_t{256} << 20;
+  constexpr int kTrials = 300;
+  void* flush = nullptr;
+  check(cudaMalloc(&flush, kFlushBytes), "cudaMalloc(flush)");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  for (const Shape& s : {Shape{4, 12, 32, 56}, Shape{4, 12, 32, 112}, Shape{4, 24, 32, 56}}) {
+    Inputs in(s, DType::float32, stream);
+    const Run unfused = unfused_run(in, Fp32Precision::ieee);
+    const auto outputs = static_cast<std::uint32_t>(s.B * s.K);
+    struct Candidate {
+      std::string name;
+      Run run;
+      bool check_result;
+      std::vector<double> us{};
+    };
+    std::vector<Candidate> candidates = {
+        {"empty_kernel", [](const Problem&, cudaStream_t st) { empty_kernel<<<1, 32, 0, st>>>(); }, false},
+        {"store_only",
+         [=](const Problem& p, cudaStream_t st) {
+           store_only_kernel<<<(outputs + 127) / 128, 128, 0, st>>>(static_cast<float*>(p.y), outputs);
+         },
+         false},
+        {"one_load_one_thread",
+         [](const Problem& p, cudaStream_t st) {
+           one_load_kernel<<<1, 1, 0, st>>>(static_cast<const float*>(p.weight), 1, static_cast<float*>(p.y), 1);
+         },
+         false},
+        {"dispatched", [](const Problem& p, cudaStream_t st) { cuda::run_latency_kernel(p, st); }, true},
+        {"latency_2x2_s32_no_pdl",
+         [](const Problem& p, cudaStream_t st) { cuda::latency::launch<float, 4, 2, 2, 32, 1>(p, st, false); }, true},
+        {"latency_1x1_s32", latency_variant<1, 1, 32>(), true},
+        {"latency_2x4_s32", latency_variant<2, 4, 32>(), true},
+        {"latency_4x4_s32", latency_variant<4, 4, 32>(), true},
+        {"latency_2x2_s32_1warp", latency_variant<2, 2, 32, 1, 1>(), true},
+        {"latency_2x2_s32_8warps", latency_variant<2, 2, 32, 1, 8>(), true},
+        {"latency_2x2_s16_u2", latency_variant<2, 2, 16, 2>(), true},
+        {"latency_2x2_s8_u4", latency_variant<2, 2, 8, 4>(), true},
+        {"unfused_cublaslt", unfused, false},
+    };
+    std::vector<double> errors;
+    for (Candidate& c : candidates) errors.push_back(c.check_result ? disagreement(in, c.run, unfused, stream) : 0.0);
+    for (int trial = 0; trial < kTrials; ++trial)
+      for (Candidate& c : candidates) {
+        check(cudaStreamSynchronize(stream), "synchronize");
+        check(cudaMemsetAsync(flush, trial & 0xff, kFlushBytes, stream), "flush");
+        check(cudaEventRecord(start, stream), "cudaEventRecord");
+        c.run(in.sets[0], stream);
+        check(cudaEventRecord(stop, stream), "cudaEventRecord");
+        check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+        if (trial > 0) c.us.push_back(ms * 1e3);  // the first trial loads modules
+      }
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      std::vector<double>& us = candidates[i].us;
+      std::sort(us.begin(), us.end());
+      double mean = 0;
+      for (double t : us) mean += t / us.size();
+      std::printf("%lld,%lld,%lld,%lld,float32,%s,%.3f,%.3f,%.3f,%.1e\n", (long long)s.R, (long long)s.B,
+                  (long long)s.H, (long long)s.K, candidates[i].name.c_str(), mean, us[us.size() / 2], us.front(),
+                  errors[i]);
+    }
+    std::fflush(stdout);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(flush);
 }
 
 // Tensor-core tiles and SIMT against cuBLASLt, for exact float32, TF32 and bfloat16.
@@ -698,6 +777,10 @@ int main(int argc, char** argv) {
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   if (which == "host") {
     host_sweep(stream);
+    return 0;
+  }
+  if (which == "latency_cold") {
+    latency_cold_sweep(stream);
     return 0;
   }
   std::printf("R,B,H,K,dtype,variant,graph_us,event_us,tflops,rel_diff\n");
