@@ -131,6 +131,7 @@ if [[ $phase == bench || $phase == all ]]; then
   timeout 100 python3 bench/kernelbench_seed.py "$out/kernelbench_seed.csv" > "$out/kernelbench_seed.txt" 2>&1 ||
     status=1
   cat "$out/kernelbench_seed.txt"
+  timeout 60 build/gpu/bench/kernel_variants latency_cold > "$out/latency_cold.csv" 2>&1 || status=1
 
   step "what recording the autograd graph adds"
   timeout 100 python3 bench/autograd_overhead.py "$out/autograd_overhead.csv" --rounds 11 || status=1
