@@ -1,10 +1,12 @@
 """More than one device: the op on a second GPU, whichever GPU is current, and under
-torch.distributed, one process per device: data-parallel training (DDP) of GatherLinear against
-nn.Linear, and a tensor-parallel activation gathered from every rank into one (R, B, H) buffer that
-the op reads in place (the "virtual all-gather"). The distributed tests run on the CPU too (gloo,
-two processes), so CI covers them; on CUDA (NCCL) they need two GPUs."""
+torch.distributed, one process per device: data-parallel training of GatherLinear against
+nn.Linear (DistributedDataParallel, and FSDP2's fully_shard), and a tensor-parallel activation
+gathered from every rank into one (R, B, H) buffer that the op reads in place (the "virtual
+all-gather"). The distributed tests run on the CPU too (gloo, two processes), so CI covers them;
+on CUDA (NCCL) they need two GPUs."""
 
 import datetime
+import gc
 
 import pytest
 import torch
@@ -12,6 +14,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 import gather_linear
@@ -80,75 +84,85 @@ def test_second_gpu_graph_capture():
 
 # ---- torch.distributed: one process per device ----
 
-def spawn(worker, device_type, tmp_path, *args):
+def spawn(body, device_type, tmp_path, *args):
+    """Runs body(rank, device, *args) in WORLD processes, one per device, in one process group."""
     if device_type == "cuda":
         needs_two_gpus()
-    mp.spawn(worker, args=(device_type, str(tmp_path / "rendezvous"), *args), nprocs=WORLD)
+    mp.spawn(rank_main, args=(device_type, str(tmp_path / "rendezvous"), body, *args), nprocs=WORLD)
 
 
-def join_group(rank, device_type, rendezvous):
-    """The process group of the WORLD ranks (NCCL on CUDA, gloo on the CPU) and this rank's device."""
+def rank_main(rank, device_type, rendezvous, body, *args):
+    """Joins the process group (NCCL on CUDA, gloo on the CPU), runs the body on this rank's
+    device, and leaves the group only once every object the body made is gone: a DDP or FSDP
+    wrapper that outlived the group could hang or abort the process on its way out."""
     if device_type == "cuda":
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=f"file://{rendezvous}",
                             rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=120))
-    return torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
-
-
-def data_parallel_worker(rank, device_type, rendezvous):
-    device = join_group(rank, device_type, rendezvous)
     try:
-        R, B, H, K = 4, 12, 32, 56
-        torch.manual_seed(0)  # the same initial parameters on every rank
-        ours = gather_linear.GatherLinear(R, H, K).to(device)
-        linear = nn.Linear(R * H, K).to(device)
-        linear.load_state_dict(ours.state_dict())
-        device_ids = [rank] if device_type == "cuda" else None
-        models = [DistributedDataParallel(ours, device_ids=device_ids),
-                  DistributedDataParallel(linear, device_ids=device_ids)]
-        optimizers = [torch.optim.SGD(model.parameters(), lr=0.5) for model in models]
-        data = torch.Generator().manual_seed(100 + rank)  # every rank its own batches
-        for _ in range(3):
-            x, target = torch.randn(R, B, H, generator=data).to(device), torch.randn(B, K, generator=data).to(device)
-            for model, optimizer, model_input in zip(models, optimizers, (x, torch.cat(list(x), dim=-1))):
-                optimizer.zero_grad()
-                F.mse_loss(model(model_input), target).backward()
-                optimizer.step()
-        # DDP averaged the gradients: the same steps as nn.Linear's, and the same bits on every rank.
-        for name in ("weight", "bias"):
-            mine = getattr(ours, name).detach()
-            torch.testing.assert_close(mine, getattr(linear, name).detach(), atol=1e-5, rtol=1e-5)
-            everyone = [torch.empty_like(mine) for _ in range(WORLD)]
-            dist.all_gather(everyone, mine)
-            assert all(torch.equal(everyone[0], theirs) for theirs in everyone), f"{name} differs between ranks"
+        body(rank, torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu"), *args)
+        gc.collect()  # the wrappers' reference cycles too
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def whole(parameter):
+    """A parameter's full value, gathered where FSDP shards it."""
+    parameter = parameter.detach()
+    return parameter.full_tensor() if isinstance(parameter, DTensor) else parameter
+
+
+def train_beside_linear(rank, device, wrapping):
+    R, B, H, K = 4, 12, 32, 56
+    torch.manual_seed(0)  # the same initial parameters on every rank
+    ours = gather_linear.GatherLinear(R, H, K).to(device)
+    linear = nn.Linear(R * H, K).to(device)
+    linear.load_state_dict(ours.state_dict())
+    if wrapping == "ddp":
+        device_ids = [rank] if device.type == "cuda" else None
+        models = [DistributedDataParallel(ours, device_ids=device_ids),
+                  DistributedDataParallel(linear, device_ids=device_ids)]
+    else:  # FSDP2: each rank holds a shard of every parameter, gathered for the forward
+        models = [fully_shard(ours), fully_shard(linear)]
+    optimizers = [torch.optim.SGD(model.parameters(), lr=0.5) for model in models]
+    data = torch.Generator().manual_seed(100 + rank)  # every rank its own batches
+    for _ in range(3):
+        x, target = torch.randn(R, B, H, generator=data).to(device), torch.randn(B, K, generator=data).to(device)
+        for model, optimizer, model_input in zip(models, optimizers, (x, torch.cat(list(x), dim=-1))):
+            optimizer.zero_grad()
+            F.mse_loss(model(model_input), target).backward()
+            optimizer.step()
+    # The gradients were averaged over the ranks: the same steps as nn.Linear's, and the same bits
+    # on every rank.
+    for name in ("weight", "bias"):
+        mine = whole(getattr(ours, name))
+        torch.testing.assert_close(mine, whole(getattr(linear, name)), atol=1e-5, rtol=1e-5)
+        everyone = [torch.empty_like(mine) for _ in range(WORLD)]
+        dist.all_gather(everyone, mine)
+        assert all(torch.equal(everyone[0], theirs) for theirs in everyone), f"{name} differs between ranks"
 
 
 @pytest.mark.parametrize("device_type", DISTRIBUTED_DEVICES)
-def test_data_parallel_training_matches_linear(device_type, tmp_path):
-    spawn(data_parallel_worker, device_type, tmp_path)
+@pytest.mark.parametrize("wrapping", ["ddp", "fully_shard"])
+def test_data_parallel_training_matches_linear(wrapping, device_type, tmp_path):
+    spawn(train_beside_linear, device_type, tmp_path, wrapping)
 
 
-def all_gather_worker(rank, device_type, rendezvous, dtype):
-    device = join_group(rank, device_type, rendezvous)
-    try:
-        B, H, K = 512, 128, 512
-        # Every rank holds its shard (B, H) of the activation; all_gather_into_tensor lays the shards
-        # end to end in one buffer, which is x (WORLD, B, H) as it is: no torch.cat.
-        full = make_inputs(WORLD, B, H, K, dtype=dtype, device=device, seed=5)
-        shard = full.x[rank].clone()
-        gathered = torch.empty(WORLD * B, H, dtype=dtype, device=device)
-        dist.all_gather_into_tensor(gathered, shard)
-        x = gathered.view(WORLD, B, H)
-        y = gather_linear.forward(x, full.weight, full.bias)
-        torch_result = reference_forward(*full.to(dtype).as_tuple())
-        assert_matches_reference(y, torch_result, reference_forward(*full.to(torch.float64).as_tuple()), dtype)
-    finally:
-        dist.destroy_process_group()
+def project_gathered_shards(rank, device, dtype):
+    B, H, K = 512, 128, 512
+    # Every rank holds its shard (B, H) of the activation; all_gather_into_tensor lays the shards
+    # end to end in one buffer, which is x (WORLD, B, H) as it is: no torch.cat.
+    full = make_inputs(WORLD, B, H, K, dtype=dtype, device=device, seed=5)
+    shard = full.x[rank].clone()
+    gathered = torch.empty(WORLD * B, H, dtype=dtype, device=device)
+    dist.all_gather_into_tensor(gathered, shard)
+    y = gather_linear.forward(gathered.view(WORLD, B, H), full.weight, full.bias)
+    torch_result = reference_forward(*full.to(dtype).as_tuple())
+    assert_matches_reference(y, torch_result, reference_forward(*full.to(torch.float64).as_tuple()), dtype)
 
 
 @pytest.mark.parametrize("device_type", DISTRIBUTED_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_tensor_parallel_shards_gathered_in_place(device_type, dtype, tmp_path):
-    spawn(all_gather_worker, device_type, tmp_path, dtype)
+    spawn(project_gathered_shards, device_type, tmp_path, dtype)
