@@ -62,6 +62,23 @@ def test_second_gpu_forward_and_gradients(shape, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("devices, message", [
+    (("cuda:0", "cuda:1", "cuda:0"), r"^weight: expected device cuda:0 \(the device of x\), got cuda:1"),
+    (("cuda:1", "cuda:1", "cuda:0"), r"^bias: expected device cuda:1 \(the device of x\), got cuda:0"),
+], ids=["weight_on_the_other", "bias_on_the_other"])
+def test_operands_on_two_gpus_are_refused(devices, message):
+    needs_two_gpus()
+    inputs = make_inputs(4, 12, 32, 56)
+    x, weight, bias = (t.to(device) for t, device in zip(inputs.as_tuple(), devices))
+    with pytest.raises(ValueError, match=message):
+        gather_linear.forward(x, weight, bias)
+    with pytest.raises(ValueError, match=message):  # through the autograd kernel too
+        gather_linear.forward(x, weight.requires_grad_(), bias)
+    for device in ("cuda:0", "cuda:1"):  # and no CUDA error surfaces later
+        torch.cuda.synchronize(device)
+
+
+@pytest.mark.gpu
 def test_second_gpu_graph_capture():
     """Captured on a stream of the second GPU, replayed on new inputs."""
     needs_two_gpus()
