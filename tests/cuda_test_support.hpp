@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "core/kernel_registry.hpp"
 #include "test_support.hpp"
 
 namespace gather_linear::testing {
@@ -24,20 +25,6 @@ inline int current_device() {
   if (cudaGetDevice(&device) != cudaSuccess) throw std::runtime_error("cudaGetDevice failed");
   return device;
 }
-
-// Makes `device` current for the scope, then the device that was.
-class OnDevice {
- public:
-  explicit OnDevice(int device) : previous_(current_device()) {
-    if (cudaSetDevice(device) != cudaSuccess) throw std::runtime_error("cudaSetDevice failed");
-  }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-  ~OnDevice() { (void)cudaSetDevice(previous_); }
-
- private:
-  int previous_;
-};
 
 // Owned memory on the device current at construction (nothing for zero bytes).
 class DeviceBuffer {
@@ -57,7 +44,7 @@ class DeviceBuffer {
   }
   ~DeviceBuffer() {
     if (data_) {
-      const OnDevice on(device_);
+      const cuda::ScopedDevice on(device_);
       cudaFree(data_);
     }
   }
@@ -140,14 +127,14 @@ class DeviceTensor {
   // From pageable memory cudaMemcpy may return before its last bytes reach the device, and the
   // tests launch on non-blocking streams, which do not wait for it: wait here.
   void upload(const HostTensor& host) const {
-    const OnDevice on(buffer_.device());
+    const cuda::ScopedDevice on(buffer_.device());
     if (cudaMemcpy(buffer_.data(), host.storage.data(), buffer_.bytes(), cudaMemcpyHostToDevice) != cudaSuccess ||
         cudaDeviceSynchronize() != cudaSuccess)
       throw std::runtime_error("cudaMemcpy to device failed");
   }
   // On the buffer's device, whichever is current.
   void download(HostTensor& host) const {
-    const OnDevice on(buffer_.device());
+    const cuda::ScopedDevice on(buffer_.device());
     if (cudaMemcpy(host.storage.data(), buffer_.data(), buffer_.bytes(), cudaMemcpyDeviceToHost) != cudaSuccess)
       throw std::runtime_error("cudaMemcpy to host failed");
   }

@@ -293,7 +293,7 @@ TEST_F(CudaBackwardTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
   };
   for (const int operands_device : {0, 1}) {
     const int other = 1 - operands_device;
-    const OnDevice on(operands_device);
+    const cuda::ScopedDevice on(operands_device);
     for (const auto& run : runs) {
       const std::string label = "operands on device " + std::to_string(operands_device) + ", device " +
                                 std::to_string(other) + " current";

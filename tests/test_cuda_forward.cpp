@@ -1193,7 +1193,7 @@ TEST_F(CudaTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
   };
   for (const int operands_device : {0, 1}) {
     const int other = 1 - operands_device;
-    const OnDevice on(operands_device);
+    const cuda::ScopedDevice on(operands_device);
     int sms = 0;
     CUDA_ASSERT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, operands_device));
     for (const Run& run : runs) {
