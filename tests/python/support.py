@@ -1,5 +1,5 @@
 """What the Python tests share: input builders, the reference (nn.Linear on the materialised
-concatenation) and the tolerance rules.
+concatenation), gradients through the op and through the reference, and the tolerance rules.
 
 Tolerances follow from the precision: float32/float64 results must match an fp64 reference
 tightly; float16/bfloat16 results are judged against PyTorch's own error at that precision (the
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+
+import gather_linear
 
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -72,3 +74,30 @@ def assert_matches_reference(actual, torch_result, reference64, dtype, what="out
         bound = EXACT_TOLERANCE[dtype] * scale
         assert error <= bound, f"{what}: max error {error:.3g} > {bound:.3g}"
 
+
+def requiring_grad(inputs, which):
+    """A copy of `inputs` whose tensors named in `which` ("x", "weight", "bias") require grad."""
+    def leaf(name, t):
+        return None if t is None else t.detach().clone().requires_grad_(name in which)
+
+    x = inputs.x.detach().clone() if "x" not in which else inputs.x.detach().clone().requires_grad_()
+    return Inputs(x, leaf("weight", inputs.weight), leaf("bias", inputs.bias))
+
+
+def gradients(function, inputs, grad_y):
+    function(*inputs.as_tuple()).backward(grad_y)
+    return {name: getattr(inputs, name).grad for name in ("x", "weight", "bias") if getattr(inputs, name) is not None}
+
+
+def gradients_three_ways(inputs, grad_y, dtype, wrap=lambda function: function):
+    """Every input's gradient through wrap(the op), through wrap(the materialised concatenation)
+    in dtype, and through the latter in float64; grad_y is float64."""
+    everything = ("x", "weight", "bias")
+    device = inputs.x.device
+    ours = gradients(wrap(gather_linear.forward), requiring_grad(inputs, everything),
+                     grad_y.to(device=device, dtype=dtype))
+    torch_grads = gradients(wrap(reference_forward), requiring_grad(inputs.to(dtype), everything),
+                            grad_y.to(device=device, dtype=dtype))
+    reference64 = gradients(wrap(reference_forward), requiring_grad(inputs.to(torch.float64), everything),
+                            grad_y.to(device=device))
+    return ours, torch_grads, reference64

@@ -8,37 +8,10 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import gather_linear
-from support import DEVICES, Inputs, assert_matches_reference, make_inputs, reference_forward
+from support import (DEVICES, Inputs, assert_matches_reference, gradients, gradients_three_ways, make_inputs,
+                     reference_forward, requiring_grad)
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-
-
-def requiring_grad(inputs, which):
-    """A copy of `inputs` whose tensors named in `which` ("x", "weight", "bias") require grad."""
-    def leaf(name, t):
-        return None if t is None else t.detach().clone().requires_grad_(name in which)
-
-    x = inputs.x.detach().clone() if "x" not in which else inputs.x.detach().clone().requires_grad_()
-    return Inputs(x, leaf("weight", inputs.weight), leaf("bias", inputs.bias))
-
-
-def gradients(function, inputs, grad_y):
-    function(*inputs.as_tuple()).backward(grad_y)
-    return {name: getattr(inputs, name).grad for name in ("x", "weight", "bias") if getattr(inputs, name) is not None}
-
-
-def gradients_three_ways(inputs, grad_y, dtype, wrap=lambda function: function):
-    """Every input's gradient through wrap(the op), through wrap(the materialised concatenation)
-    in dtype, and through the latter in float64; grad_y is float64."""
-    everything = ("x", "weight", "bias")
-    device = inputs.x.device
-    ours = gradients(wrap(gather_linear.forward), requiring_grad(inputs, everything),
-                     grad_y.to(device=device, dtype=dtype))
-    torch_grads = gradients(wrap(reference_forward), requiring_grad(inputs.to(dtype), everything),
-                            grad_y.to(device=device, dtype=dtype))
-    reference64 = gradients(wrap(reference_forward), requiring_grad(inputs.to(torch.float64), everything),
-                            grad_y.to(device=device))
-    return ours, torch_grads, reference64
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -19,7 +19,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 import gather_linear
-from support import assert_matches_reference, make_inputs, reference_forward
+from support import assert_matches_reference, gradients_three_ways, make_inputs, reference_forward
 
 WORLD = 2
 DISTRIBUTED_DEVICES = [pytest.param("cpu", id="cpu_gloo"), pytest.param("cuda", id="cuda_nccl", marks=pytest.mark.gpu)]
@@ -42,23 +42,18 @@ def test_second_gpu_forward_and_gradients(shape, dtype):
     needs_two_gpus()
     torch.cuda.set_device(0)
     inputs = make_inputs(*shape, dtype=dtype, device="cuda:1", head_major=True)
-    leaves = [t.detach().requires_grad_() for t in inputs.as_tuple()]
-    y = gather_linear.forward(*leaves)
+    y = gather_linear.forward(*inputs.as_tuple())
     assert y.device == torch.device("cuda:1")
     assert torch.cuda.current_device() == 0
     reference64 = reference_forward(*inputs.to(torch.float64).as_tuple())
     assert_matches_reference(y, reference_forward(*inputs.to(dtype).as_tuple()), reference64, dtype)
 
     grad_y = torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    y.backward(grad_y.to(device=y.device, dtype=dtype))
+    ours, torch_grads, exact = gradients_three_ways(inputs, grad_y, dtype)
     assert torch.cuda.current_device() == 0
-    theirs = [t.detach().requires_grad_() for t in inputs.to(dtype).as_tuple()]
-    reference_forward(*theirs).backward(grad_y.to(device=y.device, dtype=dtype))
-    exact = [t.detach().requires_grad_() for t in inputs.to(torch.float64).as_tuple()]
-    reference_forward(*exact).backward(grad_y.to(y.device))
-    for name, ours, torch_leaf, exact_leaf in zip(("x", "weight", "bias"), leaves, theirs, exact):
-        assert ours.grad.device == torch.device("cuda:1")
-        assert_matches_reference(ours.grad, torch_leaf.grad, exact_leaf.grad, dtype, what=f"grad of {name}")
+    for name, grad in ours.items():
+        assert grad.device == torch.device("cuda:1")
+        assert_matches_reference(grad, torch_grads[name], exact[name], dtype, what=f"grad of {name}")
 
 
 @pytest.mark.gpu
@@ -95,7 +90,7 @@ def test_second_gpu_graph_capture():
             x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)))
             graph.replay()
             stream.synchronize()
-            expected = F.linear(torch.cat(list(x.double()), dim=-1), module.weight.double(), module.bias.double())
+            expected = reference_forward(x.double(), module.weight.double(), module.bias.double())
             torch.testing.assert_close(y.double(), expected, atol=1e-4, rtol=1e-4)
 
 
