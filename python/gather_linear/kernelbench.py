@@ -10,7 +10,7 @@ same weights.
 import torch
 from torch import nn
 
-from gather_linear.ops import forward_op, forward_through_python_autograd
+from gather_linear.ops import forward_op, forward_over_batch_dims, forward_through_python_autograd
 
 R, B, H, K = 4, 12, 32, 56
 
@@ -40,11 +40,13 @@ class ModelNew(nn.Module):
         proj = self.proj
         weight = proj.weight
         shape = x.shape
-        if len(shape) != 3 or shape[0] * shape[2] != weight.shape[1]:
-            raise ValueError(
-                f"x: expected shape (R, B, H) with R*H == proj.in_features = {proj.in_features}, got {tuple(shape)}"
-            )
         bias = proj.bias
+        if len(shape) != 3 or shape[0] * shape[2] != weight.shape[1]:
+            # Model also takes x (R, *batch, H) (its cat and nn.Linear do), giving y (*batch, K).
+            if len(shape) < 2 or shape[0] * shape[-1] != weight.shape[1]:
+                raise ValueError(f"x: expected shape (R, B, H), or (R, *batch, H), with R*H == proj.in_features = "
+                                 f"{proj.in_features}, got {tuple(shape)}")
+            return forward_over_batch_dims(x, weight, bias)
         try:
             return forward_op(x, weight, bias)
         except NotImplementedError as error:

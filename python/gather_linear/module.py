@@ -6,12 +6,13 @@ import math
 import torch
 from torch import nn
 
-from gather_linear.ops import forward_op, forward_through_python_autograd
+from gather_linear.ops import forward_op, forward_over_batch_dims, forward_through_python_autograd
 
 
 class GatherLinear(nn.Module):
     """y (B, K) = nn.Linear(R*H, K)(cat([x[r] for r in range(R)], -1)) for x (R, B, H), computed
-    without the concatenation.
+    without the concatenation; as nn.Linear takes (*, in), x may also be (R, *batch, H), giving
+    y (*batch, K).
 
     The parameters are nn.Linear(R*H, K)'s: the same names (`weight` (K, R*H), `bias` (K)), the
     same initialisation and therefore the same state_dict, so a checkpoint loads into either.
@@ -41,9 +42,12 @@ class GatherLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Kept lean: on small problems this Python is a large part of a call's host time.
         shape = x.shape
-        if len(shape) != 3 or shape[0] != self.R or shape[2] != self.H:
-            raise ValueError(f"x: expected shape (R, B, H) = ({self.R}, B, {self.H}), got {tuple(shape)}")
         weight, bias = self.weight, self.bias
+        if len(shape) != 3 or shape[0] != self.R or shape[2] != self.H:
+            if len(shape) < 2 or shape[0] != self.R or shape[-1] != self.H:
+                raise ValueError(f"x: expected shape (R, B, H) = ({self.R}, B, {self.H}), or (R, *batch, H), "
+                                 f"got {tuple(shape)}")
+            return forward_over_batch_dims(x, weight, bias)
         try:
             return forward_op(x, weight, bias)
         except NotImplementedError as error:

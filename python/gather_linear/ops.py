@@ -22,12 +22,28 @@ forward_op = torch.ops.gather_linear.forward.default
 
 def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y (B, K) = bias + cat([x[r] for r in range(R)], -1) @ weight.T, for x (R, B, H) with any
-    strides and weight (K, R*H). Bad arguments raise ValueError (NotImplementedError for an
-    unsupported dtype or device) whose message starts with the argument's name."""
+    strides and weight (K, R*H). As nn.functional.linear takes (*, in), x may also be
+    (R, *batch, H), giving y (*batch, K) (forward_over_batch_dims). Bad arguments raise ValueError
+    (NotImplementedError for an unsupported dtype or device) whose message starts with the
+    argument's name."""
+    if x.dim() != 3:
+        return forward_over_batch_dims(x, weight, bias)
     try:
         return forward_op(x, weight, bias)
     except NotImplementedError as error:
         return forward_through_python_autograd(error, x, weight, bias)
+
+
+def forward_over_batch_dims(x, weight, bias):
+    """x (R, *batch, H) with other than one batch dimension (none: x (R, H) gives y (K), as
+    nn.Linear gives for one sample): the batch dimensions fold into B, as a view where their
+    strides allow (an (R, N, T, H) view of a (N, T, R, H) buffer, say), else as a copy (the one
+    torch.cat would have made), and y (B, K) comes back viewed as (*batch, K)."""
+    if x.dim() < 2:
+        raise ValueError(f"x: expected rank 3 (R, B, H), or (R, *batch, H) of rank 2 or more, got rank {x.dim()}")
+    shape = x.shape
+    y = forward(x.reshape(shape[0], shape[1:-1].numel(), shape[-1]), weight, bias)
+    return y.view(*shape[1:-1], y.shape[1])
 
 
 def forward_through_python_autograd(error, x, weight, bias):

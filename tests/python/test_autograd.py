@@ -291,8 +291,8 @@ def test_vmap_keeps_the_ops_errors():
     x, weight, bias = make_inputs(4, 12, 32, 56).as_tuple()
     with pytest.raises(ValueError, match=r"^weight: expected size\(1\) == R\*H"):
         torch.func.vmap(gather_linear.forward, in_dims=(0, None, None))(torch.stack([x, x])[:, :, :, :31], weight, bias)
-    with pytest.raises(ValueError, match=r"^x: expected rank 3"):
-        torch.func.vmap(gather_linear.forward, in_dims=(0, None, None))(x, weight, bias)
+    with pytest.raises(ValueError, match=r"^x: expected rank 3 \(R, B, H\), or \(R, \*batch, H\)"):
+        torch.func.vmap(gather_linear.forward, in_dims=(0, None, None))(x[0], weight, bias)
 
 
 @pytest.mark.parametrize("device", DEVICES)

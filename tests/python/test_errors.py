@@ -16,8 +16,9 @@ def seed_inputs(device="cpu"):
 @pytest.mark.parametrize(
     "change, error, message",
     [
-        (lambda x, w, b: (x[0], w, b), ValueError, r"^x: expected rank 3 \(R, B, H\), got rank 2"),
-        (lambda x, w, b: (x.unsqueeze(0), w, b), ValueError, r"^x: expected rank 3 \(R, B, H\), got rank 4"),
+        (lambda x, w, b: (x[0, 0], w, b), ValueError,
+         r"^x: expected rank 3 \(R, B, H\), or \(R, \*batch, H\) of rank 2 or more, got rank 1"),
+        (lambda x, w, b: (x.unsqueeze(0), w, b), ValueError, r"^weight: expected size\(1\) == R\*H = 1\*32 = 32, got 128"),
         (lambda x, w, b: (x, w[0], b), ValueError, r"^weight: expected rank 2 \(K, R\*H\), got rank 1"),
         (lambda x, w, b: (x, w, b[None]), ValueError, r"^bias: expected rank 1 \(K\), got rank 2"),
         (lambda x, w, b: (x, w[:, :100], b), ValueError, r"^weight: expected size\(1\) == R\*H = 4\*32 = 128, got 100"),
@@ -30,7 +31,7 @@ def seed_inputs(device="cpu"):
         (lambda x, w, b: (x.int(), w.int(), b.int()), NotImplementedError, r"^x: unsupported dtype int32"),
         (lambda x, w, b: (x.to(torch.complex64), w, b), NotImplementedError, r"^x: unsupported dtype ComplexFloat"),
     ],
-    ids=["x_rank_2", "x_rank_4", "weight_rank_1", "bias_rank_2", "weight_not_RH", "bias_not_K",
+    ids=["x_rank_1", "x_rank_4_another_split", "weight_rank_1", "bias_rank_2", "weight_not_RH", "bias_not_K",
          "weight_dtype", "bias_dtype", "int_inputs", "complex_x"],
 )
 def test_bad_argument_raises_naming_it(change, error, message, device):
@@ -72,8 +73,8 @@ def test_fake_kernel_reports_the_same_shape_errors():
         assert gather_linear.forward(x, w, b).shape == (12, 56)
         with pytest.raises(ValueError, match=r"^weight: expected size\(1\) == R\*H = 4\*32 = 128, got 100"):
             gather_linear.forward(x, w[:, :100], b)
-        with pytest.raises(ValueError, match=r"^x: expected rank 3"):
-            gather_linear.forward(x[0], w, b)
+        with pytest.raises(ValueError, match=r"^x: expected rank 3 \(R, B, H\), got rank 2"):
+            torch.ops.gather_linear.forward(x[0], w, b)
         with pytest.raises(ValueError, match=r"^bias: expected rank 1 \(K\), got rank 2"):
             gather_linear.forward(x, w, b[None])
         with pytest.raises(ValueError, match=r"^bias: expected size\(0\) == K = 56 \(weight.size\(0\)\), got 55"):

@@ -58,10 +58,12 @@ def test_model_new_takes_sizes_from_its_input():
     assert model_new(x).shape == (5, 56)
 
 
-@pytest.mark.parametrize("shape", [(4, 12), (4, 12, 31), (3, 12, 32), (4, 12, 32, 1)], ids=str)
+# Model rejects these too: its concatenation's last dimension is not proj.in_features.
+@pytest.mark.parametrize("shape", [(128,), (4, 12), (4, 12, 31), (3, 12, 32), (4, 12, 32, 1)], ids=str)
 def test_model_new_rejects_wrong_input_shape(shape):
     model_new = construct(kernelbench.ModelNew, "cpu")
-    with pytest.raises(ValueError, match=r"^x: expected shape \(R, B, H\) with R\*H == proj.in_features = 128"):
+    with pytest.raises(ValueError, match=r"^x: expected shape \(R, B, H\), or \(R, \*batch, H\), with R\*H == "
+                                         r"proj.in_features = 128"):
         model_new(torch.randn(shape))
 
 

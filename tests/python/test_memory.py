@@ -41,6 +41,25 @@ def test_forward_allocates_only_its_output(shape, head_major):
     del y
 
 
+def test_batch_dims_that_merge_are_read_in_place():
+    # An attention output laid out (N, T, heads, head_dim), viewed (heads, N, T, head_dim): N and
+    # T fold into B as a view, so the forward still allocates only y (N, T, K).
+    N, T, R, H, K = 2, 512, 8, 64, 1024
+    x = torch.randn(N, T, R, H, device="cuda").permute(2, 0, 1, 3)
+    weight, bias = torch.randn(K, R * H, device="cuda"), torch.randn(K, device="cuda")
+    gather_linear.forward(x, weight, bias)
+    expected = allocator_bytes_for((N, T, K), torch.float32)
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    y = gather_linear.forward(x, weight, bias)
+    torch.cuda.synchronize()
+    assert y.shape == (N, T, K)
+    assert torch.cuda.max_memory_allocated() - before == expected
+    del y
+
+
 # 24 rows against a 16 MB bfloat16 weight of 16 64-row tiles: on an H200 the GETT splits the
 # reduction into 8 parts (16 tiles x 8 blocks fill one wave of its 132 SMs), whose float32 partial
 # sums (8 x 24 x 1024 floats) are the call's scratch. They come from the caching allocator with y

@@ -43,5 +43,6 @@ def test_attributes_match_linear():
 
 def test_rejects_input_of_another_split():
     module = GatherLinear(4, 32, 56)
-    with pytest.raises(ValueError, match=r"^x: expected shape \(R, B, H\) = \(4, B, 32\), got \(8, 12, 16\)"):
+    with pytest.raises(ValueError, match=r"^x: expected shape \(R, B, H\) = \(4, B, 32\), or \(R, \*batch, H\), "
+                                         r"got \(8, 12, 16\)"):
         module(torch.randn(8, 12, 16))  # R*H matches, but this is not the module's (R, H)
