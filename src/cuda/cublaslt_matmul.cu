@@ -145,6 +145,12 @@ std::shared_ptr<GemmPlan> make_plan(const StridedBatchedGemm& g, bool tf32, int 
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<std::uint32_t>(align_b));
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<std::uint32_t>(align_d));
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<std::uint32_t>(align_d));
+  // A split reduction's partial sums meet in float32 (the compute type), as every sum of ours
+  // does. cuBLASLt's default also lets them meet in the output's type, in D or in its workspace,
+  // which for 16-bit outputs rounds each partial sum: results up to 1.4 units of bfloat16's
+  // rounding off the exact sums where one rounding gives at most 1.
+  if (g.dtype == DType::bfloat16 || g.dtype == DType::float16)
+    prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->d, plan->d,
