@@ -11,6 +11,7 @@
 
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
+#include "random_problems.hpp"
 #include "test_support.hpp"
 
 namespace gather_linear::testing {
@@ -125,15 +126,6 @@ inline void expect_requested_gradients_equal(const BackwardOperands& got, const 
   EXPECT_EQ(got.grad_bias.storage, all.grad_bias.storage);
 }
 
-// The tolerance a gradient in `dtype` is held to, relative to its largest exact value: float32
-// and float64 accuracy, or one unit of the 16-bit output's rounding (sums are float32 there).
-inline double backward_tolerance(DType dtype, Fp32Precision precision = Fp32Precision::ieee) {
-  if (dtype == DType::bfloat16) return 0x1p-8;
-  if (dtype == DType::float16) return 0x1p-11;
-  if (dtype == DType::float32 && precision == Fp32Precision::tf32) return 0x1p-8;
-  return exact_tolerance(dtype);
-}
-
 // Checks every gradient of `o` (computed by the caller) against the exact reference.
 inline void expect_gradients_accurate(const BackwardOperands& o, const BackwardCase& c, const std::string& label,
                                       Fp32Precision precision = Fp32Precision::ieee) {
@@ -144,7 +136,7 @@ inline void expect_gradients_accurate(const BackwardOperands& o, const BackwardC
   };
   const cpu::ReferenceGradients ref = recent.get(
       key, compute, [](const cpu::ReferenceGradients& g) { return g.x.size() + g.weight.size() + g.bias.size(); });
-  const double tolerance = backward_tolerance(c.dtype, precision);
+  const double tolerance = rounding_tolerance(c.dtype, precision);
   const struct {
     const HostTensor& tensor;
     const std::vector<double>& ref;
@@ -156,6 +148,97 @@ inline void expect_gradients_accurate(const BackwardOperands& o, const BackwardC
     EXPECT_FALSE(std::isnan(err)) << label << " " << c << ": NaN left in " << check.name;
     EXPECT_LE(err, tolerance) << label << " " << c << ": " << check.name;
     EXPECT_TRUE(gaps_untouched(check.tensor)) << label << " " << c << ": wrote outside " << check.name;
+  }
+}
+
+// A random backward problem (random_problems.hpp's draws, half of them aligned): x and weight as
+// a forward's, grad_y's rows padded now and then, x's gradient in its own random layout (its
+// elements kept apart), and a random non-empty subset of the three gradients requested;
+// gradients poisoned with NaN.
+struct RandomBackwardProblem {
+  Shape shape;
+  BackwardOperands operands;
+  bool want_x = true, want_weight = true, want_bias = true;
+  std::string description;
+
+  Gradients requested() const { return operands.gradients(want_x, want_weight, want_bias); }
+  // x and weight as the call gets them: an input that no requested gradient reads comes, half the
+  // time, as its shape alone (a null data pointer), as autograd passes it.
+  TensorView x_argument() const { return want_weight || !shape_alone_ ? operands.x.view : without_data(operands.x.view); }
+  TensorView weight_argument() const {
+    return want_x || !shape_alone_ ? operands.weight.view : without_data(operands.weight.view);
+  }
+
+ private:
+  static TensorView without_data(TensorView v) {
+    v.data = nullptr;
+    return v;
+  }
+  bool shape_alone_ = false;
+  friend RandomBackwardProblem random_backward_problem(std::uint32_t, DType, std::int64_t);
+};
+
+inline RandomBackwardProblem random_backward_problem(std::uint32_t seed, DType dtype, std::int64_t max_multiply_adds) {
+  Draw draw(seed);
+  const bool aligned = draw.chance(0.5);
+  RandomBackwardProblem p;
+  p.shape = random_shape(draw, aligned, max_multiply_adds);
+  const auto [R, B, H, K] = p.shape;
+  std::ostringstream description;
+  description << "seed " << seed << ": R=" << R << " B=" << B << " H=" << H << " K=" << K << " "
+              << dtype_name(dtype);
+  BackwardOperands& o = p.operands;
+  o.x = random_rbh_tensor(draw, dtype, p.shape, aligned, true, description, "x");
+  o.weight = random_rows(draw, dtype, K, R * H, aligned, true, description, "weight");
+  o.grad_y = random_rows(draw, dtype, B, K, aligned, false, description, "grad_y");
+  o.grad_x = random_rbh_tensor(draw, dtype, p.shape, aligned, false, description, "gradients.x");
+  o.grad_weight = random_rows(draw, dtype, K, R * H, aligned, false, description, "gradients.weight");
+  const std::int64_t bias_offset = aligned ? 0 : draw.sometimes_a_few();
+  o.grad_bias = contiguous_tensor(dtype, {K}, bias_offset);
+  do {
+    p.want_x = draw.chance(0.75);
+    p.want_weight = draw.chance(0.75);
+    p.want_bias = draw.chance(0.75);
+  } while (!p.want_x && !p.want_weight && !p.want_bias);
+  p.shape_alone_ = (!p.want_x || !p.want_weight) && draw.chance(0.5);
+  description << " gradients.bias offset " << bias_offset << "; requested:" << (p.want_x ? " x" : "")
+              << (p.want_weight ? " weight" : "") << (p.want_bias ? " bias" : "")
+              << (p.shape_alone_ ? "; unread inputs as shapes alone" : "");
+  o.x.fill_uniform(seed * 4 + 1);
+  o.weight.fill_uniform(seed * 4 + 2);
+  o.grad_y.fill_uniform(seed * 4 + 3);
+  o.grad_x.fill_nan();
+  o.grad_weight.fill_nan();
+  o.grad_bias.fill_nan();
+  p.description = description.str();
+  return p;
+}
+
+// The requested gradients of p (computed by the caller, into p.operands) against the exact
+// reference; the others must have kept their poison.
+inline void expect_random_gradients_accurate(const RandomBackwardProblem& p, DType dtype, const std::string& label,
+                                             Fp32Precision precision = Fp32Precision::ieee) {
+  const BackwardOperands& o = p.operands;
+  const cpu::ReferenceGradients ref =
+      cpu::reference_backward(validate_backward_args(o.grad_y.view, o.x.view, o.weight.view, o.gradients()));
+  const struct {
+    const HostTensor& tensor;
+    const std::vector<double>& ref;
+    bool requested;
+    const char* name;
+  } checks[] = {{o.grad_x, ref.x, p.want_x, "gradients.x"},
+                {o.grad_weight, ref.weight, p.want_weight, "gradients.weight"},
+                {o.grad_bias, ref.bias, p.want_bias, "gradients.bias"}};
+  for (const auto& check : checks) {
+    if (!check.requested) {
+      EXPECT_FALSE(first_unpoisoned(check.tensor).has_value()) << label << " " << p.description << ": wrote "
+                                                               << check.name << ", which was not requested";
+      continue;
+    }
+    const double err = relative_error_of_view(check.tensor, check.ref);
+    EXPECT_FALSE(std::isnan(err)) << label << " " << p.description << ": NaN left in " << check.name;
+    EXPECT_LE(err, rounding_tolerance(dtype, precision)) << label << " " << p.description << ": " << check.name;
+    EXPECT_TRUE(gaps_untouched(check.tensor)) << label << " " << p.description << ": wrote outside " << check.name;
   }
 }
 

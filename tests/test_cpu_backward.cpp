@@ -2,6 +2,7 @@
 // gradient; partial requests; determinism; and every bad argument named, with nothing written.
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <string>
 
 #include "backward_support.hpp"
@@ -51,6 +52,17 @@ TEST(CpuBackwardLarge, BuffersPastTheKeptScratch) {
   BackwardOperands o = make_backward_operands(c, 9);
   backward(o.grad_y.view, o.x.view, o.weight.view, o.gradients());
   expect_gradients_accurate(o, c, "cpu");
+}
+
+// 300 random problems (random_problems.hpp: sizes and layouts no sweep lists, up to 2^21
+// multiply-adds, random subsets of the gradients), each dtype in turn, against the exact reference.
+TEST(CpuRandomProblems, BackwardMatchesTheReference) {
+  for (std::uint32_t seed = 0; seed < 300; ++seed) {
+    const DType dtype = kDtypes[seed % std::size(kDtypes)];
+    RandomBackwardProblem p = random_backward_problem(seed, dtype, std::int64_t{1} << 21);
+    backward(p.operands.grad_y.view, p.x_argument(), p.weight_argument(), p.requested());
+    expect_random_gradients_accurate(p, dtype, "cpu");
+  }
 }
 
 // Only what is asked for is written: the others keep their poison.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iostream>
 #include <iterator>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "core/validate.hpp"
 #include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
+#include "random_problems.hpp"
 #include "test_support.hpp"
 
 namespace gather_linear {
@@ -98,6 +100,25 @@ TEST_P(CpuForwardSweep, DispatchedAndForcedKernels) {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, CpuForwardSweep, ::testing::ValuesIn(all_cases(kShapes, kDtypes, kLayouts)),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// The dispatcher's choice on 400 random problems (random_problems.hpp: sizes and layouts no sweep
+// lists, up to 2^22 multiply-adds), each dtype in turn, against the exact reference.
+TEST(CpuRandomProblems, DispatchedForwardMatchesTheReference) {
+  KernelTally tally;
+  for (std::uint32_t seed = 0; seed < 400; ++seed) {
+    const DType dtype = kDtypes[seed % std::size(kDtypes)];
+    RandomForwardProblem p = random_forward_problem(seed, dtype, std::int64_t{1} << 22);
+    Operands& o = p.operands;
+    tally.add(select_kernel(o.x.view, o.weight.view, o.bias_view(), o.y.view));
+    forward(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+    const double err = relative_error(o.y, reference_of(o), p.shape.B, p.shape.K);
+    ASSERT_FALSE(std::isnan(err)) << p.description << ": NaN left in y";
+    EXPECT_LE(err, rounding_tolerance(dtype)) << p.description;
+    EXPECT_TRUE(gaps_untouched(o.y)) << p.description << ": wrote outside y's view";
+  }
+  std::cout << "kernels:" << tally.str() << "\n";
+  EXPECT_TRUE(tally.reached("cpu_gather_gemm")) << tally.str();
+}
 
 // Large enough for several packed weight blocks (> 4 MB), many row blocks and all threads; the
 // last shape gives the bfloat16 kernels two weight blocks and tasks of 1024 outputs (300 rows:

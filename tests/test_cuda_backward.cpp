@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,39 @@ TEST_F(CudaBackwardTest, EveryFormForced) {
         d.download(o);
         expect_gradients_accurate(o, c, std::string("cuda, forced ") + f.name);
       }
+}
+
+// 600 random problems (random_problems.hpp: sizes and layouts no sweep lists, random subsets of
+// the gradients), in turn exact float32, TF32, float64, float16 and bfloat16, every fourth up to
+// 2^27 multiply-adds and the rest up to 2^21, each on a stream of the test's, against the exact
+// reference.
+TEST_F(CudaBackwardTest, RandomProblemsMatchTheReference) {
+  const struct {
+    DType dtype;
+    Fp32Precision precision;
+  } modes[] = {{DType::float32, Fp32Precision::ieee},
+               {DType::float32, Fp32Precision::tf32},
+               {DType::float64, Fp32Precision::ieee},
+               {DType::float16, Fp32Precision::ieee},
+               {DType::bfloat16, Fp32Precision::ieee}};
+  const TestStream stream;
+  for (std::uint32_t seed = 0; seed < 600; ++seed) {
+    const auto [dtype, precision] = modes[seed % std::size(modes)];
+    const std::int64_t budget = std::int64_t{1} << (seed % 4 == 3 ? 27 : 21);
+    RandomBackwardProblem p = random_backward_problem(seed, dtype, budget);
+    const DeviceBackwardOperands d(p.operands);
+    TensorView x = d.x.view(), weight = d.weight.view();
+    if (p.x_argument().data == nullptr) x.data = nullptr;
+    if (p.weight_argument().data == nullptr) weight.data = nullptr;
+    Options options;
+    options.fp32_precision = precision;
+    const std::string label = std::string("cuda") + (precision == Fp32Precision::tf32 ? " tf32" : "");
+    backward(d.grad_y.view(), x, weight, d.gradients(p.want_x, p.want_weight, p.want_bias), options, stream);
+    const cudaError_t status = cudaStreamSynchronize(stream);
+    ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << label << " " << p.description;
+    d.download(p.operands);
+    expect_random_gradients_accurate(p, dtype, label, precision);
+  }
 }
 
 TEST_F(CudaBackwardTest, Tf32WhenAllowed) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <iostream>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "cuda/gett_kernel.hpp"
 #include "cuda/weight_stream_kernel.hpp"
 #include "cuda_test_support.hpp"
+#include "random_problems.hpp"
 
 namespace gather_linear {
 namespace {
@@ -1219,6 +1221,59 @@ TEST_F(CudaTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
       ASSERT_FALSE(std::isnan(err)) << label.str() << ": NaN left in y";
       EXPECT_LE(err, limit) << label.str();
     }
+  }
+}
+
+// The dispatcher's choice on 1,000 random problems (random_problems.hpp: sizes and layouts no sweep
+// lists), in turn exact float32, TF32, float64, float16 and bfloat16, every second up to 2^28
+// multiply-adds (the GETT's sizes) and the rest up to 2^22, each on a stream of the test's,
+// against the exact reference. On the H200 the draws must reach every kernel family but SIMT
+// (which only float64 against overlapping weight rows beyond 262,144 outputs takes).
+TEST_F(CudaTest, RandomProblemsMatchTheReference) {
+  const struct {
+    DType dtype;
+    Fp32Precision precision;
+  } modes[] = {{DType::float32, Fp32Precision::ieee},
+               {DType::float32, Fp32Precision::tf32},
+               {DType::float64, Fp32Precision::ieee},
+               {DType::float16, Fp32Precision::ieee},
+               {DType::bfloat16, Fp32Precision::ieee}};
+  const TestStream stream;
+  KernelTally tally;
+  for (std::uint32_t seed = 0; seed < 1000; ++seed) {
+    const auto [dtype, precision] = modes[seed % std::size(modes)];
+    const std::int64_t budget = std::int64_t{1} << (seed % 2 == 1 ? 28 : 22);
+    RandomForwardProblem p = random_forward_problem(seed, dtype, budget);
+    Operands& o = p.operands;
+    const DeviceOperands d(o);
+    Options options;
+    options.fp32_precision = precision;
+    const std::string_view kernel = select_kernel(d.x.view(), d.weight.view(), d.bias_view(), d.y.view(), options);
+    if (kernel == kGett) {
+      const Problem problem = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+      tally.add(std::string(kernel) + "/" + cuda::gett::choose(problem).variant->name);
+    } else {
+      tally.add(kernel);
+    }
+    const std::string label = p.description + (precision == Fp32Precision::tf32 ? " tf32" : "") + " kernel " +
+                              std::string(kernel);
+    d.forward(options, stream);
+    const cudaError_t status = cudaStreamSynchronize(stream);
+    ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << label;
+    const double err = downloaded_error(o, d);
+    ASSERT_FALSE(std::isnan(err)) << label << ": NaN left in y";
+    // cuBLASLt's bias epilogue rounds a 16-bit result a second time (up to 1.4 units here, and
+    // only with a bias; PyTorch's F.linear runs the same epilogue): two units for the unfused path.
+    const bool rounded_twice = kernel == kBaseline && is_low_precision(dtype) && d.has_bias;
+    EXPECT_LE(err, rounding_tolerance(dtype, precision) * (rounded_twice ? 2 : 1)) << label;
+    EXPECT_TRUE(gaps_untouched(o.y)) << label << ": wrote outside y's view";
+  }
+  std::cout << "kernels:" << tally.str() << "\n";
+  if (is_sm90()) {
+    const std::string families = tally.str();
+    for (const char* family : {"cuda_latency", "cuda_weight_stream", "cuda_tensor_core_mma", "cuda_gett_sm90/",
+                               "cuda_unfused_cublaslt"})
+      EXPECT_NE(families.find(family), std::string::npos) << family << " never chosen:" << families;
   }
 }
 
