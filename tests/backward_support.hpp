@@ -7,6 +7,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/validate.hpp"
@@ -179,19 +180,16 @@ struct RandomBackwardProblem {
 };
 
 inline RandomBackwardProblem random_backward_problem(std::uint32_t seed, DType dtype, std::int64_t max_multiply_adds) {
-  Draw draw(seed);
-  const bool aligned = draw.chance(0.5);
+  RandomStart start(seed, dtype, max_multiply_adds);
+  auto& [draw, aligned, shape, description, x, weight] = start;
+  const auto [R, B, H, K] = shape;
   RandomBackwardProblem p;
-  p.shape = random_shape(draw, aligned, max_multiply_adds);
-  const auto [R, B, H, K] = p.shape;
-  std::ostringstream description;
-  description << "seed " << seed << ": R=" << R << " B=" << B << " H=" << H << " K=" << K << " "
-              << dtype_name(dtype);
+  p.shape = shape;
   BackwardOperands& o = p.operands;
-  o.x = random_rbh_tensor(draw, dtype, p.shape, aligned, true, description, "x");
-  o.weight = random_rows(draw, dtype, K, R * H, aligned, true, description, "weight");
+  o.x = std::move(x);
+  o.weight = std::move(weight);
   o.grad_y = random_rows(draw, dtype, B, K, aligned, false, description, "grad_y");
-  o.grad_x = random_rbh_tensor(draw, dtype, p.shape, aligned, false, description, "gradients.x");
+  o.grad_x = random_rbh_tensor(draw, dtype, shape, aligned, false, description, "gradients.x");
   o.grad_weight = random_rows(draw, dtype, K, R * H, aligned, false, description, "gradients.weight");
   const std::int64_t bias_offset = aligned ? 0 : draw.sometimes_a_few();
   o.grad_bias = contiguous_tensor(dtype, {K}, bias_offset);
@@ -204,8 +202,6 @@ inline RandomBackwardProblem random_backward_problem(std::uint32_t seed, DType d
   description << " gradients.bias offset " << bias_offset << "; requested:" << (p.want_x ? " x" : "")
               << (p.want_weight ? " weight" : "") << (p.want_bias ? " bias" : "")
               << (p.shape_alone_ ? "; unread inputs as shapes alone" : "");
-  o.x.fill_uniform(seed * 4 + 1);
-  o.weight.fill_uniform(seed * 4 + 2);
   o.grad_y.fill_uniform(seed * 4 + 3);
   o.grad_x.fill_nan();
   o.grad_weight.fill_nan();

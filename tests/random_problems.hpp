@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "test_support.hpp"
@@ -105,41 +106,65 @@ inline Shape random_shape(Draw& draw, bool aligned, std::int64_t max_multiply_ad
   return s;
 }
 
+// What every random problem begins with: its draws (from the seed alone), whether it is
+// `aligned` (half of them, so that the vector and tensor-core kernels get their share: see
+// random_rbh_tensor), its shape, x and weight (filled), and the head of its description.
+struct RandomStart {
+  Draw draw;
+  bool aligned;
+  Shape shape;
+  std::ostringstream description;
+  HostTensor x, weight;
+
+  RandomStart(std::uint32_t seed, DType dtype, std::int64_t max_multiply_adds)
+      : draw(seed), aligned(draw.chance(0.5)), shape(random_shape(draw, aligned, max_multiply_adds)) {
+    description << "seed " << seed << ": R=" << shape.R << " B=" << shape.B << " H=" << shape.H << " K=" << shape.K
+                << " " << dtype_name(dtype);
+    x = random_rbh_tensor(draw, dtype, shape, aligned, true, description, "x");
+    weight = random_rows(draw, dtype, shape.K, shape.R * shape.H, aligned, true, description, "weight");
+    x.fill_uniform(seed * 4 + 1);
+    weight.fill_uniform(seed * 4 + 2);
+  }
+};
+
 struct RandomForwardProblem {
   Shape shape;
   Operands operands;  // y poisoned with NaN
   std::string description;
 };
 
-// Half the problems are `aligned` (random_rbh_tensor), so that the vector and tensor-core kernels
-// get their share.
 inline RandomForwardProblem random_forward_problem(std::uint32_t seed, DType dtype, std::int64_t max_multiply_adds) {
-  Draw draw(seed);
-  const bool aligned = draw.chance(0.5);
+  RandomStart start(seed, dtype, max_multiply_adds);
+  auto& [draw, aligned, shape, description, x, weight] = start;
   RandomForwardProblem p;
-  p.shape = random_shape(draw, aligned, max_multiply_adds);
-  const auto [R, B, H, K] = p.shape;
-  std::ostringstream description;
-  description << "seed " << seed << ": R=" << R << " B=" << B << " H=" << H << " K=" << K << " "
-              << dtype_name(dtype);
+  p.shape = shape;
   Operands& o = p.operands;
-  o.x = random_rbh_tensor(draw, dtype, p.shape, aligned, true, description, "x");
-  o.weight = random_rows(draw, dtype, K, R * H, aligned, true, description, "weight");
-  o.y = random_rows(draw, dtype, B, K, aligned, false, description, "y");
+  o.x = std::move(x);
+  o.weight = std::move(weight);
+  o.y = random_rows(draw, dtype, shape.B, shape.K, aligned, false, description, "y");
   if (draw.chance(0.8)) {
     const std::int64_t offset = aligned ? 0 : draw.sometimes_a_few();
-    o.bias = contiguous_tensor(dtype, {K}, offset);
+    o.bias = contiguous_tensor(dtype, {shape.K}, offset);
     description << " bias offset " << offset;
   } else {
     description << " no bias";
   }
-  o.x.fill_uniform(seed * 4 + 1);
-  o.weight.fill_uniform(seed * 4 + 2);
   if (!o.bias.storage.empty()) o.bias.fill_uniform(seed * 4 + 3);
   o.y.fill_nan();
   p.description = description.str();
   return p;
 }
+
+// The GPU tests' modes, taken in turn: exact float32, TF32, float64, float16, bfloat16.
+struct RandomMode {
+  DType dtype;
+  Fp32Precision precision;
+};
+inline constexpr RandomMode kRandomModes[] = {{DType::float32, Fp32Precision::ieee},
+                                              {DType::float32, Fp32Precision::tf32},
+                                              {DType::float64, Fp32Precision::ieee},
+                                              {DType::float16, Fp32Precision::ieee},
+                                              {DType::bfloat16, Fp32Precision::ieee}};
 
 // The tolerance a result in `dtype` is held to, relative to its largest exact value: float32
 // and float64 accuracy; or one unit of the 16-bit output's rounding, or of TF32's rounded inputs,

@@ -129,17 +129,9 @@ TEST_F(CudaBackwardTest, EveryFormForced) {
 // 2^27 multiply-adds and the rest up to 2^21, each on a stream of the test's, against the exact
 // reference.
 TEST_F(CudaBackwardTest, RandomProblemsMatchTheReference) {
-  const struct {
-    DType dtype;
-    Fp32Precision precision;
-  } modes[] = {{DType::float32, Fp32Precision::ieee},
-               {DType::float32, Fp32Precision::tf32},
-               {DType::float64, Fp32Precision::ieee},
-               {DType::float16, Fp32Precision::ieee},
-               {DType::bfloat16, Fp32Precision::ieee}};
   const TestStream stream;
   for (std::uint32_t seed = 0; seed < 600; ++seed) {
-    const auto [dtype, precision] = modes[seed % std::size(modes)];
+    const auto [dtype, precision] = kRandomModes[seed % std::size(kRandomModes)];
     const std::int64_t budget = std::int64_t{1} << (seed % 4 == 3 ? 27 : 21);
     RandomBackwardProblem p = random_backward_problem(seed, dtype, budget);
     const DeviceBackwardOperands d(p.operands);

@@ -1230,18 +1230,10 @@ TEST_F(CudaTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
 // against the exact reference. On the H200 the draws must reach every kernel family but SIMT
 // (which only float64 against overlapping weight rows beyond 262,144 outputs takes).
 TEST_F(CudaTest, RandomProblemsMatchTheReference) {
-  const struct {
-    DType dtype;
-    Fp32Precision precision;
-  } modes[] = {{DType::float32, Fp32Precision::ieee},
-               {DType::float32, Fp32Precision::tf32},
-               {DType::float64, Fp32Precision::ieee},
-               {DType::float16, Fp32Precision::ieee},
-               {DType::bfloat16, Fp32Precision::ieee}};
   const TestStream stream;
   KernelTally tally;
   for (std::uint32_t seed = 0; seed < 1000; ++seed) {
-    const auto [dtype, precision] = modes[seed % std::size(modes)];
+    const auto [dtype, precision] = kRandomModes[seed % std::size(kRandomModes)];
     const std::int64_t budget = std::int64_t{1} << (seed % 2 == 1 ? 28 : 22);
     RandomForwardProblem p = random_forward_problem(seed, dtype, budget);
     Operands& o = p.operands;
