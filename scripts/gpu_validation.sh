@@ -92,6 +92,11 @@ if [[ $phase == tests || $phase == all ]]; then
     'CudaBackwardTest.BiasGradientAlone' >> "$out/sanitize_backward.log" 2>&1 || status=1
   grep -E "^==|SUMMARY" "$out/sanitize_backward.log"
 
+  step "the installed CMake package, from a project of its own (examples/cpp_consumer, CUDA too)"
+  timeout 120 ctest --test-dir build/gpu -R '^installed_package$' -V > "$out/installed_package.log" 2>&1 ||
+    status=1
+  grep -E "relative error|no GPU|tests passed|tests failed" "$out/installed_package.log"
+
   step "Python tests"
   timeout 300 python3 -m pytest tests/python -q -p no:cacheprovider > "$out/pytest.log" 2>&1 || status=1
   tail -3 "$out/pytest.log"
