@@ -162,21 +162,20 @@ struct RandomBackwardProblem {
   bool want_x = true, want_weight = true, want_bias = true;
   std::string description;
 
+  // An input that no requested gradient reads comes, half the time, as its shape alone (a null
+  // data pointer), as autograd passes it.
+  bool shape_alone = false;
+
   Gradients requested() const { return operands.gradients(want_x, want_weight, want_bias); }
-  // x and weight as the call gets them: an input that no requested gradient reads comes, half the
-  // time, as its shape alone (a null data pointer), as autograd passes it.
-  TensorView x_argument() const { return want_weight || !shape_alone_ ? operands.x.view : without_data(operands.x.view); }
-  TensorView weight_argument() const {
-    return want_x || !shape_alone_ ? operands.weight.view : without_data(operands.weight.view);
-  }
+  // x and weight as the call gets them, over the host's copies or the device's.
+  TensorView x_argument(TensorView x) const { return without_data_if(x, shape_alone && !want_weight); }
+  TensorView weight_argument(TensorView weight) const { return without_data_if(weight, shape_alone && !want_x); }
 
  private:
-  static TensorView without_data(TensorView v) {
-    v.data = nullptr;
+  static TensorView without_data_if(TensorView v, bool shape_only) {
+    if (shape_only) v.data = nullptr;
     return v;
   }
-  bool shape_alone_ = false;
-  friend RandomBackwardProblem random_backward_problem(std::uint32_t, DType, std::int64_t);
 };
 
 inline RandomBackwardProblem random_backward_problem(std::uint32_t seed, DType dtype, std::int64_t max_multiply_adds) {
@@ -198,10 +197,10 @@ inline RandomBackwardProblem random_backward_problem(std::uint32_t seed, DType d
     p.want_weight = draw.chance(0.75);
     p.want_bias = draw.chance(0.75);
   } while (!p.want_x && !p.want_weight && !p.want_bias);
-  p.shape_alone_ = (!p.want_x || !p.want_weight) && draw.chance(0.5);
+  p.shape_alone = (!p.want_x || !p.want_weight) && draw.chance(0.5);
   description << " gradients.bias offset " << bias_offset << "; requested:" << (p.want_x ? " x" : "")
               << (p.want_weight ? " weight" : "") << (p.want_bias ? " bias" : "")
-              << (p.shape_alone_ ? "; unread inputs as shapes alone" : "");
+              << (p.shape_alone ? "; unread inputs as shapes alone" : "");
   o.grad_y.fill_uniform(seed * 4 + 3);
   o.grad_x.fill_nan();
   o.grad_weight.fill_nan();

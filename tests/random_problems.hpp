@@ -183,8 +183,11 @@ inline double rounding_tolerance(DType dtype, Fp32Precision precision = Fp32Prec
 class KernelTally {
  public:
   void add(std::string_view kernel) { ++counts_[std::string(kernel)]; }
-  std::size_t distinct() const { return counts_.size(); }
-  bool reached(const std::string& kernel) const { return counts_.count(kernel) > 0; }
+  // Whether a kernel whose tallied name begins with `prefix` ran (a family: "cuda_gett_sm90/").
+  bool reached(std::string_view prefix) const {
+    const auto it = counts_.lower_bound(std::string(prefix));
+    return it != counts_.end() && std::string_view(it->first).starts_with(prefix);
+  }
   std::string str() const {
     std::ostringstream os;
     for (const auto& [kernel, count] : counts_) os << " " << kernel << " x" << count;

@@ -60,7 +60,8 @@ TEST(CpuRandomProblems, BackwardMatchesTheReference) {
   for (std::uint32_t seed = 0; seed < 300; ++seed) {
     const DType dtype = kDtypes[seed % std::size(kDtypes)];
     RandomBackwardProblem p = random_backward_problem(seed, dtype, std::int64_t{1} << 21);
-    backward(p.operands.grad_y.view, p.x_argument(), p.weight_argument(), p.requested());
+    backward(p.operands.grad_y.view, p.x_argument(p.operands.x.view), p.weight_argument(p.operands.weight.view),
+             p.requested());
     expect_random_gradients_accurate(p, dtype, "cpu");
   }
 }

@@ -135,13 +135,11 @@ TEST_F(CudaBackwardTest, RandomProblemsMatchTheReference) {
     const std::int64_t budget = std::int64_t{1} << (seed % 4 == 3 ? 27 : 21);
     RandomBackwardProblem p = random_backward_problem(seed, dtype, budget);
     const DeviceBackwardOperands d(p.operands);
-    TensorView x = d.x.view(), weight = d.weight.view();
-    if (p.x_argument().data == nullptr) x.data = nullptr;
-    if (p.weight_argument().data == nullptr) weight.data = nullptr;
     Options options;
     options.fp32_precision = precision;
     const std::string label = std::string("cuda") + (precision == Fp32Precision::tf32 ? " tf32" : "");
-    backward(d.grad_y.view(), x, weight, d.gradients(p.want_x, p.want_weight, p.want_bias), options, stream);
+    backward(d.grad_y.view(), p.x_argument(d.x.view()), p.weight_argument(d.weight.view()),
+             d.gradients(p.want_x, p.want_weight, p.want_bias), options, stream);
     const cudaError_t status = cudaStreamSynchronize(stream);
     ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << label << " " << p.description;
     d.download(p.operands);
