@@ -57,11 +57,15 @@ bool check(const char* where, std::string_view kernel, double error) {
   return ok;
 }
 
+// A device copy of `host`, or nullptr where the allocation or the copy failed.
 template <class T>
 T* device_copy(const std::vector<T>& host) {
   void* p = nullptr;
   if (cudaMalloc(&p, host.size() * sizeof(T)) != cudaSuccess) return nullptr;
-  cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  if (cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess) {
+    cudaFree(p);
+    return nullptr;
+  }
   return static_cast<T*>(p);
 }
 
@@ -99,10 +103,19 @@ int main() {
   float* d_weight = device_copy(weight);
   float* d_bias = device_copy(bias);
   float* d_y = device_copy(std::vector<float>(B * K, NAN));
+  if (!d_heads || !d_weight || !d_bias || !d_y) {
+    std::printf("cuda: could not copy the operands to the GPU\n");
+    return 1;
+  }
   cudaStream_t stream = nullptr;
   cudaStreamCreate(&stream);
   const Views gpu = views_over(d_heads, d_weight, d_bias, d_y, gl::Device::cuda(0));
-  gl::forward(gpu.x, gpu.weight, gpu.bias, gpu.y, gl::Options{}, stream);  // enqueued on `stream`
+  try {
+    gl::forward(gpu.x, gpu.weight, gpu.bias, gpu.y, gl::Options{}, stream);  // enqueued on `stream`
+  } catch (const gl::Error& e) {  // a GPU older than compute capability 8.0, for one
+    std::printf("cuda: %s\n", e.what());
+    return 1;
+  }
   std::fill(y.begin(), y.end(), NAN);
   cudaMemcpyAsync(y.data(), d_y, y.size() * sizeof(float), cudaMemcpyDeviceToHost, stream);
   const cudaError_t status = cudaStreamSynchronize(stream);
