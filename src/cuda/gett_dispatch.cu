@@ -1,5 +1,5 @@
-// The GETT family's checks and its choice of configuration per shape class. No CUTLASS here:
-// the configurations themselves live in the gett_<name>.cu translation units.
+// The GETT family's checks and its choice of configuration per shape class. No CUTLASS here: the
+// configurations themselves live in the generated gett_<dtype>[_weight_rows].cu translation units.
 #include <algorithm>
 #include <climits>
 #include <cmath>

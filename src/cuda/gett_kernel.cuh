@@ -8,7 +8,7 @@
 // the weight's rows as M the reduction may also be split: parts of R's slices as the GEMM's batch
 // mode, each writing float32 partial sums, which a second kernel adds into y with the bias.
 //
-// Included only by the one-configuration translation units (gett_*.cu, compiled for sm_90a alone)
+// Included only by the generated translation units (gett_*.cu, compiled for sm_90a alone)
 // and by the benchmark's extra configurations.
 #pragma once
 

@@ -1,8 +1,8 @@
 // The Hopper tensor-core GETT family (CUTLASS 3.x on sm_90a): bfloat16, float16, and float32 as
-// TF32. Each configuration (dtype, block tile, cluster, schedule) is compiled in its own
-// translation unit, generated from gett_configuration.cu.in by CMake (the list, with what each
-// configuration is for, is in CMakeLists.txt); this header is what the dispatcher and the
-// benchmark see.
+// TF32. The configurations (dtype, block tile, cluster, schedule) are compiled in translation units
+// CMake generates, one per dtype and M mode, from gett_unit.cu.in and gett_definition.cu.in (the
+// list, with what each configuration is for, is in CMakeLists.txt); this header is what the
+// dispatcher and the benchmark see.
 #pragma once
 
 #include <cstddef>
@@ -46,7 +46,7 @@ std::string shape_why_not(const Problem& p, int tile_k, std::size_t element_byte
 // that they neither fail the alignment checks nor reach a TMA descriptor.
 Problem with_canonical_unit_strides(const Problem& p);
 
-// The library's configurations, each defined in its generated gett_<name>.cu.
+// The library's configurations, defined in the generated gett_<dtype>[_weight_rows].cu.
 const Variant& bf16_pingpong_128x128_c2x1_epi64x64();
 const Variant& bf16_pingpong_128x128_c2x1_epi64x128();
 const Variant& bf16_cooperative_128x256();
