@@ -1,4 +1,5 @@
 // The CUDA backend's host-side rules that need no GPU, so that CI (without one) runs them.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -6,6 +7,7 @@
 
 #include "core/kernel_registry.hpp"
 #include "core/problem.hpp"
+#include "cuda/cublaslt_library.hpp"
 #include "cuda/gett_kernel.hpp"
 
 namespace gather_linear {
@@ -61,6 +63,23 @@ TEST(CudaRules, Float64DispatchByReductionAndOutputs) {
     EXPECT_EQ(std::string(cuda::choose_kernel(p, Options{}).info.name), e.chosen)
         << "R=" << e.R << " B=" << e.B << " H=" << e.H << " K=" << e.K << " weight_stride_k=" << p.weight_stride_k;
   }
+}
+
+// cuBLASLt is opened on the first call that needs it, not linked: a process that has not called it
+// (this one, before the first cublaslt()) has no copy loaded. Where the toolkit is installed, as on
+// every machine that builds the library, every function the library calls then resolves, and works
+// without a GPU.
+TEST(CublasLtLibrary, OpensOnFirstUseAndResolvesEveryFunction) {
+  const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+  EXPECT_EQ(dlopen(soname.c_str(), RTLD_NOW | RTLD_NOLOAD), nullptr) << soname << " loaded before its first use";
+  const cuda::CublasLt& lt = cuda::cublaslt();
+#define EXPECT_RESOLVED(name) EXPECT_NE(lt.name, nullptr) << #name;
+  GATHER_LINEAR_CUBLASLT_FUNCTIONS(EXPECT_RESOLVED)
+#undef EXPECT_RESOLVED
+  EXPECT_STREQ(lt.cublasLtGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
+  void* loaded = dlopen(soname.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_NE(loaded, nullptr) << soname << " not loaded after cublaslt()";
+  if (loaded != nullptr) dlclose(loaded);  // NOLOAD took a reference
 }
 
 }  // namespace

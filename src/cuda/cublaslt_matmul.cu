@@ -9,14 +9,16 @@
 #include <string>
 
 #include "core/kernel_registry.hpp"
+#include "cuda/cublaslt_library.hpp"
 #include "cuda/device_info.hpp"
 
 namespace gather_linear::cuda {
 
 void check_lt(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw Error(ErrorCode::cuda_error, what,
-                std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status));
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  const CublasLt& lt = cublaslt();
+  throw Error(ErrorCode::cuda_error, what,
+              std::string(lt.cublasLtGetStatusName(status)) + ": " + lt.cublasLtGetStatusString(status));
 }
 
 cublasLtHandle_t cublaslt_handle(int device) {
@@ -28,7 +30,7 @@ cublasLtHandle_t cublaslt_handle(int device) {
   DeviceHandle& slot = handles[static_cast<std::size_t>(device)];
   std::call_once(slot.once, [&] {
     const ScopedDevice on_device(device);
-    check_lt(cublasLtCreate(&slot.handle), "cublasLtCreate");
+    check_lt(cublaslt().cublasLtCreate(&slot.handle), "cublasLtCreate");
   });
   return slot.handle;
 }
@@ -60,9 +62,10 @@ struct GemmPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   ~GemmPlan() {
-    if (op) cublasLtMatmulDescDestroy(op);
+    const CublasLt& lt = cublaslt();
+    if (op) lt.cublasLtMatmulDescDestroy(op);
     for (auto layout : {a, b, d})
-      if (layout) cublasLtMatrixLayoutDestroy(layout);
+      if (layout) lt.cublasLtMatrixLayoutDestroy(layout);
   }
 };
 
@@ -101,6 +104,7 @@ int operand_alignment(const void* data, std::int64_t batch_stride, DType dtype) 
 
 std::shared_ptr<GemmPlan> make_plan(const StridedBatchedGemm& g, bool tf32, int align_a, int align_b, int align_d,
                                     cublasLtHandle_t handle) {
+  const CublasLt& lt = cublaslt();
   auto plan = std::make_shared<GemmPlan>();
   const cudaDataType_t type = cuda_data_type(g.dtype);
   // float64 computes and scales in double; every other dtype in float32 (TF32 where allowed).
@@ -108,10 +112,10 @@ std::shared_ptr<GemmPlan> make_plan(const StridedBatchedGemm& g, bool tf32, int 
   const cublasComputeType_t compute = float64 ? CUBLAS_COMPUTE_64F
                                       : tf32  ? CUBLAS_COMPUTE_32F_FAST_TF32
                                               : CUBLAS_COMPUTE_32F;
-  check_lt(cublasLtMatmulDescCreate(&plan->op, compute, float64 ? CUDA_R_64F : CUDA_R_32F),
+  check_lt(lt.cublasLtMatmulDescCreate(&plan->op, compute, float64 ? CUDA_R_64F : CUDA_R_32F),
            "cublasLtMatmulDescCreate");
   const auto set_op = [&](cublasLtMatmulDescAttributes_t attribute, const auto& value, const char* what) {
-    check_lt(cublasLtMatmulDescSetAttribute(plan->op, attribute, &value, sizeof(value)), what);
+    check_lt(lt.cublasLtMatmulDescSetAttribute(plan->op, attribute, &value, sizeof(value)), what);
   };
   set_op(CUBLASLT_MATMUL_DESC_TRANSA, g.a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, "TRANSA");
   set_op(CUBLASLT_MATMUL_DESC_TRANSB, g.b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, "TRANSB");
@@ -119,15 +123,15 @@ std::shared_ptr<GemmPlan> make_plan(const StridedBatchedGemm& g, bool tf32, int 
   // A stored matrix's rows and columns: op(A) is m x k, op(B) k x n.
   const auto layout = [&](cublasLtMatrixLayout_t* out, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                           std::int64_t batch_stride, const char* what) {
-    check_lt(cublasLtMatrixLayoutCreate(out, type, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
-                                        ld),
+    check_lt(lt.cublasLtMatrixLayoutCreate(out, type, static_cast<std::uint64_t>(rows),
+                                           static_cast<std::uint64_t>(cols), ld),
              what);
     if (g.batch > 1) {
       const auto count = static_cast<std::int32_t>(g.batch);
-      check_lt(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+      check_lt(lt.cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
                what);
-      check_lt(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
-                                                sizeof(batch_stride)),
+      check_lt(lt.cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
+                                                   sizeof(batch_stride)),
                what);
     }
   };
@@ -136,9 +140,9 @@ std::shared_ptr<GemmPlan> make_plan(const StridedBatchedGemm& g, bool tf32, int 
   layout(&plan->d, g.m, g.n, g.ldd, g.batch_stride_d, "layout D");
 
   cublasLtMatmulPreference_t preference;
-  check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  check_lt(lt.cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
   const auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value) {
-    cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value));
+    lt.cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value));
   };
   prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{kGemmWorkspaceBytes});
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<std::uint32_t>(align_a));
@@ -153,9 +157,9 @@ std::shared_ptr<GemmPlan> make_plan(const StridedBatchedGemm& g, bool tf32, int 
     prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->d, plan->d,
-                                                              preference, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
+  const cublasStatus_t status = lt.cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->d,
+                                                                  plan->d, preference, 1, &result, &found);
+  lt.cublasLtMatmulPreferenceDestroy(preference);
   check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
   if (found == 0) throw Error(ErrorCode::unsupported, "cublasLt", "no cuBLASLt algorithm for this GEMM");
   plan->algo = result.algo;
@@ -177,6 +181,7 @@ std::shared_ptr<GemmPlan> plan_for(const StridedBatchedGemm& g, int device, cubl
 }  // namespace
 
 void run_gemm(const StridedBatchedGemm& g, int device, void* scratch, CudaStream stream) {
+  const CublasLt& lt = cublaslt();
   const cublasLtHandle_t handle = cublaslt_handle(device);
   const std::shared_ptr<GemmPlan> plan = plan_for(g, device, handle);
   // alpha = 1 and beta = 0 in the plan's scale type: double for float64, else float.
@@ -186,8 +191,8 @@ void run_gemm(const StridedBatchedGemm& g, int device, void* scratch, CudaStream
   const void* one = float64 ? static_cast<const void*>(&one64) : &one32;
   const void* zero = float64 ? static_cast<const void*>(&zero64) : &zero32;
   const auto matmul = [&] {
-    check_lt(cublasLtMatmul(handle, plan->op, one, g.a.data, plan->a, g.b.data, plan->b, zero, g.d, plan->d, g.d,
-                            plan->d, &plan->algo, scratch, kGemmWorkspaceBytes, stream),
+    check_lt(lt.cublasLtMatmul(handle, plan->op, one, g.a.data, plan->a, g.b.data, plan->b, zero, g.d, plan->d, g.d,
+                               plan->d, &plan->algo, scratch, kGemmWorkspaceBytes, stream),
              "cublasLtMatmul");
   };
   if (g.bias == nullptr) {
@@ -195,7 +200,7 @@ void run_gemm(const StridedBatchedGemm& g, int device, void* scratch, CudaStream
     return;
   }
   std::lock_guard lock(plan->bias_mutex);
-  check_lt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
+  check_lt(lt.cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
            "BIAS_POINTER");
   matmul();
 }
