@@ -9,8 +9,11 @@
 namespace gather_linear::cuda {
 namespace {
 
+// The library of the major version built against (its functions' signatures are that version's).
+std::string cublaslt_soname() { return "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR); }
+
 void* open_cublaslt() {
-  const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+  const std::string soname = cublaslt_soname();
   if (void* library = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL)) return library;
   std::string why = dlerror();
   // Where the build found the toolkit, as the RUNPATH of a linked library would have it.
@@ -30,8 +33,7 @@ CublasLt load_cublaslt() {
   GATHER_LINEAR_CUBLASLT_FUNCTIONS(GATHER_LINEAR_CUBLASLT_RESOLVE)
 #undef GATHER_LINEAR_CUBLASLT_RESOLVE
   if (!missing.empty())
-    throw Error(ErrorCode::cuda_error, "cuBLASLt",
-                "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR) + " lacks " + missing);
+    throw Error(ErrorCode::cuda_error, "cuBLASLt", cublaslt_soname() + " lacks " + missing);
   return functions;
 }
 
