@@ -83,7 +83,7 @@ bool cpu_bfloat16_backward_on_amx() {
 }
 
 // Whether the library's CPU backward beats ATen's composition in this dtype on this processor
-// (all three gradients, 2-core VMs; docs/PERFORMANCE.md, "The CPU backward by processor"):
+// (all three gradients, 2-core VMs; docs/performance/cpu.md, "The CPU backward by processor"):
 // - bfloat16 where the library runs it on AMX tiles: 0.67-1.00x ATen's time (oneDNN on the same
 //   tiles; backward_variants_op_cpu_amx_run5.csv, _run6.csv). On Intel's processors with
 //   AVX512-BF16 but no AMX, whose cores issue VDPBF16PS at a quarter of their FMA rate (the

@@ -75,7 +75,7 @@ constexpr int kRowBlock = 128;  // rows of y per task
 // 512 with a 32 MB weight (0.46-0.71 at 64 to 256 with 64 MB); 0.53-0.87 at 48 to 128 and
 // 0.87-1.03 at 192 to 256 with 8 MB; 0.70-0.94 at 48 to 64 with 2 MB, but 0.85-1.09 at 96 to 128
 // and 1.02-1.26 at 192 to 256; 0.63-1.06 at 48 to 64 with 512 KB (eager PyTorch's time the
-// yardstick in each run, two to six runs a point; the GPU host's 16-core Xeon, docs/PERFORMANCE.md,
+// yardstick in each run, two to six runs a point; the GPU host's 16-core Xeon, docs/performance/cpu.md,
 // "Longer batches on AMX's direct path").
 struct DirectRowsForWeight {
   std::int64_t weight_bytes, rows;
@@ -93,18 +93,18 @@ constexpr int kDotRowBlock = 8 * kDotRows;  // rows of y per task: its gathered 
 // Batches this short take the dot kernel's direct path (dot_direct): up to 16 rows (with A's
 // gathered rows within kDirectRowsBytes). Against the packed path it took 0.16-0.63 of the time
 // at B = 1 to 4, 0.46-0.69 at B = 8 to 16 with weights of 2 to 32 MB, and 0.81-1.43 at B = 24
-// (2-core Zen 4, docs/PERFORMANCE.md, "Short batches"). With threads from 256 KB of weight it also
+// (2-core Zen 4, docs/performance/cpu.md, "Short batches"). With threads from 256 KB of weight it also
 // won at B = 5 to 16 on 128-512 KB weights, and at B = 5 to 8 on 14-64 KB; not at B = 12 to 16 on
-// 64 KB (docs/PERFORMANCE.md, "The dot kernel's direct path from 128 KB"). Since its tiles sum and
+// 64 KB (docs/performance/cpu.md, "The dot kernel's direct path from 128 KB"). Since its tiles sum and
 // store 16 outputs at once, it wins there too, 0.66-0.84x the packed path's time at B = 12 and 16
 // on 14-64 KB; and since its reduction's tail is one vector step, with odd slice widths as well:
 // 0.49-0.55x the time of the float32 engine, which had taken those at B = 9 to 16 on weights
-// under 128 KB (docs/PERFORMANCE.md, "The bfloat16 dot kernel's tail as masked loads").
+// under 128 KB (docs/performance/cpu.md, "The bfloat16 dot kernel's tail as masked loads").
 constexpr std::int64_t kDotDirectRows = 16;
 // Where AMX is there too, up to this many rows still stream the weight faster here than on AMX's
 // direct path: the dot kernel took 0.34-0.68x AMX's time at B = 1 (14 KB to 64 MB of weight),
 // 0.50x at B = 2 and 0.80-0.88x at B = 4, but 1.21x at B = 8 (the GPU host's Xeon, 16 threads,
-// timed call by call in one process: docs/PERFORMANCE.md, "bfloat16 on an Intel processor without
+// timed call by call in one process: docs/performance/cpu.md, "bfloat16 on an Intel processor without
 // AMX"). It had been measured against eager PyTorch's time before, a single row only from 1 MB.
 constexpr std::int64_t kDotBeatsAmxRows = 4;
 // Where the dot kernel issues slower than the float32 FMA (bf16_dot_packed_beats_engine), its
@@ -289,7 +289,7 @@ inline __m512bh load_pairs(const BFloat16* src) { return reinterpret_cast<__m512
 // row for a single row of A on a short reduction), added up at the end. The reduction's last
 // partial vector is one more step, from masked loads (masked-off lanes are zeros and are not
 // read): summed one element at a time per output, it had made odd slice widths take 2.3-7.7x the
-// time (docs/PERFORMANCE.md, "The bfloat16 dot kernel's tail as masked loads").
+// time (docs/performance/cpu.md, "The bfloat16 dot kernel's tail as masked loads").
 template <int BT>
 void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, std::int64_t b0, std::int64_t k0,
                      int kt) {
@@ -859,7 +859,7 @@ bool bf16_dot_reads_weight_in_place(const Problem& p) {
 // kernel took 1.0-1.7x the engine's time from 48 rows and 15 MFLOP up, but still 0.78-0.95x below
 // 32 rows, where the engine packs a float32 copy of the weight for few rows, and 0.61-0.80x at 32
 // to 256 rows of small problems (up to 4 MFLOP; then all on the engine's unpacked path)
-// (docs/PERFORMANCE.md, "bfloat16 on an Intel processor without AMX").
+// (docs/performance/cpu.md, "bfloat16 on an Intel processor without AMX").
 bool bf16_dot_packed_beats_engine(const Problem& p) {
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
   static const bool amd = __builtin_cpu_is("amd");

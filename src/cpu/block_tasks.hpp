@@ -22,7 +22,7 @@ inline bool parallel_pays(double flops) { return omp_get_max_threads() > 1 && fl
 // bandwidth: threads pay from this many bytes of it, however few the flops. From 256 KB rather
 // than 1 MB, weights of 256-512 KB at B = 1 and 5 went from 0.52-1.85x eager PyTorch's speed to
 // 1.78-3.30x in float16 and float32 on the GPU host's 16-core Xeon, 0.73-1.48x to 1.23-2.14x in
-// float16 on the 2-core Zen 4 (docs/PERFORMANCE.md, "Threads from 256 KB of weight").
+// float16 on the 2-core Zen 4 (docs/performance/cpu.md, "Threads from 256 KB of weight").
 constexpr std::int64_t kParallelWeightBytes = std::int64_t{1} << 18;
 inline bool direct_parallel_pays(const Problem& p) {
   return parallel_pays(p.flops()) || (omp_get_max_threads() > 1 && p.weight_bytes() >= kParallelWeightBytes);
@@ -82,7 +82,7 @@ constexpr std::int64_t kDirectRowsBytes = std::int64_t{16} << 20;
 // reduction length; past it, the four rows are read interleaved (four streams). Timed in one
 // process, alternating: one stream took 0.39-0.92 of four's time at R*H = 512-1024 on the 2-core
 // Zen 4, 0.93-1.07 on the GPU host's 16-core Xeon; from 2048 it took 1.01-1.24 on the Xeon, and
-// from 4096 up to 1.40 on the Zen 4 (docs/PERFORMANCE.md, "One stream for short weight rows").
+// from 4096 up to 1.40 on the Zen 4 (docs/performance/cpu.md, "One stream for short weight rows").
 constexpr std::int64_t kSingleRowStreamMaxReduction = 1024;
 
 // The weight rows of a direct-path tile of kt <= KT outputs from k0 (along a unit stride). Rows

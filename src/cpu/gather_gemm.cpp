@@ -89,10 +89,10 @@ thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
 // much work, or for batches this short. Packing reads and writes the weight once more than the
 // GEMM reads it, and only B rows reuse it: against the packed path the direct one took 0.11-0.68
 // of the time at B = 1 to 8, 0.47-0.74 at B = 16, 0.66-1.13 at 32 and 0.79-1.31 at 64 in float32
-// on a 2-core Zen 4, float16 0.19-0.77 up to B = 64 (docs/PERFORMANCE.md, "Short batches"). Its
+// on a 2-core Zen 4, float16 0.19-0.77 up to B = 64 (docs/performance/cpu.md, "Short batches"). Its
 // gathered rows of A (B * RH accumulators) are bounded by kDirectRowsBytes. Small problems of more
 // rows than kDirectFlopsMaxRows are packed: at B = 96 to 512 the packed path took 0.47-0.80x the
-// direct one's time on an Emerald Rapids VM, at B = 24 to 48 1.15-1.57x (docs/PERFORMANCE.md,
+// direct one's time on an Emerald Rapids VM, at B = 24 to 48 1.15-1.57x (docs/performance/cpu.md,
 // "Small problems of many rows").
 constexpr double kDirectFlops = 4e6;
 constexpr std::int64_t kDirectFlopsMaxRows = 64;

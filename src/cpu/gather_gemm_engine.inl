@@ -130,7 +130,7 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
     for (int v = 0; v < T::kVectorsPerRow; ++v) acc[i][v] = Vec{};
 #if GATHER_GEMM_AVX2
   // Four steps per iteration: 0.965-0.978x the time on a 2-core Zen 3, in one process against the
-  // loop as written (docs/PERFORMANCE.md, "The AVX2 micro-kernel unrolled").
+  // loop as written (docs/performance/cpu.md, "The AVX2 micro-kernel unrolled").
 #pragma GCC unroll 4
 #endif
   for (int kk = 0; kk < kc; ++kk) {
@@ -245,7 +245,7 @@ void pack_gathered_rows_to_line(const Problem& p, std::int64_t b, Acc* __restric
   for (std::int64_t r = 0; r < p.R; ++r) {
     std::int64_t h = 0;
     // 16-bit slices widened a vector at a time: with the epilogues' vector rounding, a float16
-    // seed-sized call went from 11.2 to 4.0 us on AVX-512 (docs/PERFORMANCE.md, "The direct
+    // seed-sized call went from 11.2 to 4.0 us on AVX-512 (docs/performance/cpu.md, "The direct
     // path's 16-bit vectors").
 #if GATHER_GEMM_AVX512
     if constexpr (kLoads16AsFloat<In> && !std::is_same_v<In, float>)
@@ -527,7 +527,7 @@ Vec weight_tail_vector(const In* src, int tail) {
   if constexpr (kMaskedWeightTail<In>) {
     // The element-wise copy had taken 1.1-1.5x the time of a whole call with odd slice widths in
     // float32, 1.1-1.6x in float16 and bfloat16; on AVX2 1.25-1.9x in float32
-    // (docs/PERFORMANCE.md, "The weight's tail as a masked load").
+    // (docs/performance/cpu.md, "The weight's tail as a masked load").
     const __m512 part = load_first_as_float(src, tail);
     std::memcpy(&v, &part, sizeof(Vec));
     return v;
@@ -710,7 +710,7 @@ void single_row_tile(const Problem& p, const Acc* row, std::int64_t k0, int kt) 
 
 // A single row of A takes single_row_tile up to this reduction length: on AVX-512 0.44-0.80x the
 // time of the 4-row tiles at R*H = 9-256 on the Zen 4 VM, but about 2x at 1024, where 16 weight
-// rows read side by side stream worse than one (docs/PERFORMANCE.md, "A single row against 16
+// rows read side by side stream worse than one (docs/performance/cpu.md, "A single row against 16
 // weight rows at once"); on AVX2 0.44-0.90x at R*H = 9-256 on a Zen 3 VM, and from 512 no clear
 // gain beside that VM's noise ("A single row against 8 weight rows at once on AVX2").
 constexpr std::int64_t kSingleRowTileMaxReduction = 256;

@@ -63,7 +63,7 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 // float64 on the latency kernel: reductions up to this long, outputs up to this many. There it
 // took 0.35-0.78x unfused's time (a DGEMM on cuBLAS's tensor cores, 5-6 us here); with
 // R*H = 512 it took 1.26x at 4,096 outputs, with R*H = 128 1.76x at 131,072
-// (bench/results/float64_h200.csv; docs/PERFORMANCE.md, "float64 on CUDA").
+// (bench/results/float64_h200.csv; docs/performance/gpu_forward.md, "float64 on CUDA").
 constexpr std::int64_t kFloat64LatencyMaxReduction = 128;
 constexpr std::int64_t kFloat64LatencyMaxOutputs = 32768;
 // Where cuBLASLt cannot read the weight, float64's latency kernel took 0.09-0.45x the SIMT
