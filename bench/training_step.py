@@ -10,7 +10,7 @@ one CUDA-event pair (back to back, about 6 TFLOP of work or 2000 steps); nine ro
 checked against eager's first. On the CPU (--device cpu) smaller shapes run, timed by the wall
 clock over about 20 GFLOP per run.
 
-    python3 bench/training_step.py [out.csv] [--device cpu]
+    python3 bench/training_step.py [out.csv] [--device cpu] [--dtypes float32 ...]
 """
 
 import argparse
@@ -63,12 +63,16 @@ def main():
     parser.add_argument("csv", nargs="?", default="bench/results/training_step.csv")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--dtypes", nargs="+", choices=("float32", "bfloat16", "float16"),
+                        default=["float32", "bfloat16", "float16"])
     args = parser.parse_args()
     on_gpu = args.device == "cuda"
     timer = timer_for(args.device)
     rows = []
     print(AGAINST_PYTORCH_HEADER)
     for R, B, H, K, dtype in SHAPES if on_gpu else CPU_SHAPES:
+        if str(dtype).removeprefix("torch.") not in args.dtypes:
+            continue
         began = time.monotonic()
         torch._dynamo.reset()  # compiled for this shape and dtype alone (no dynamic shapes)
         sets = input_sets(R, B, H, K, dtype, args.device)

@@ -93,9 +93,11 @@ bool cpu_bfloat16_backward_on_amx() {
 // - float16 where the processor lacks AVX512-FP16: ATen's float16 GEMMs then took 41-96x the op's
 //   time (Zen 4, backward_variants_op_cpu_zen4_run1.csv). With it (Intel Sapphire Rapids) the op
 //   took 1.05-1.33x (backward_variants_op_cpu_amx_run9.csv, _run10.csv).
-// - float32 on AMD's processors with AVX-512, where ATen's GEMM is MKL's off its Intel paths:
-//   0.65-0.95x (Zen 4, _zen4_run1.csv). On Intel's 0.98-1.22x (backward_variants_op_cpu_amx_run7.csv,
-//   _run8.csv). AMD's without AVX-512 (the engine at AVX2) were not measured.
+// - float32 on AMD's processors, where ATen's GEMM is MKL's off its Intel paths: 0.65-0.95x with
+//   AVX-512 (Zen 4, _zen4_run1.csv); with the engine at AVX2, summed over eight cases 0.91x on a
+//   Zen 3 (two cases 1.11-1.15x; backward_variants_cpu_zen3_partial.csv) and 0.93x and 0.87x in two
+//   runs on a family-23 EPYC (one case 1.06x; backward_variants_op_cpu_epyc_f23_run{1,2}.csv). On
+//   Intel's 0.98-1.22x (backward_variants_op_cpu_amx_run7.csv, _run8.csv).
 bool cpu_backward_pays(at::ScalarType dtype) {
 #if defined(__x86_64__) && defined(__GNUC__)
   // AVX512-FP16 is CPUID leaf 7's EDX bit 23, read directly: not every compiler's
@@ -113,7 +115,7 @@ bool cpu_backward_pays(at::ScalarType dtype) {
       static const bool has_fp16 = has_avx512_fp16();
       return !has_fp16;
     }
-    case at::kFloat: return __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
+    case at::kFloat: return __builtin_cpu_is("amd");
     default: return false;
   }
 #else
