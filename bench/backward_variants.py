@@ -58,6 +58,10 @@ CPU_SHAPES = [
     (26, 512, 64, 1024, torch.bfloat16),
     (8, 1024, 128, 1024, torch.float16),
     (16, 512, 32, 512, torch.float16),
+    (8, 1024, 128, 1024, torch.float64),
+    (26, 512, 64, 1024, torch.float64),
+    (4, 2048, 64, 2048, torch.float64),
+    (16, 512, 32, 512, torch.float64),
 ]
 # --small (CPU): problems small enough that dispatching ATen's ops, not arithmetic, sets the
 # backward's time; every dtype.

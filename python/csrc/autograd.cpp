@@ -98,6 +98,9 @@ bool cpu_bfloat16_backward_on_amx() {
 //   Zen 3 (two cases 1.11-1.15x; backward_variants_cpu_zen3_partial.csv) and 0.93x and 0.87x in two
 //   runs on a family-23 EPYC (one case 1.06x; backward_variants_op_cpu_epyc_f23_run{1,2}.csv). On
 //   Intel's 0.98-1.22x (backward_variants_op_cpu_amx_run7.csv, _run8.csv).
+// - float64 on AMD's processors likewise: on the family-23 EPYC 0.91x and 0.95x summed over eight
+//   cases in two runs, (26, 512, 64, 1024) at 1.01-1.06x (backward_variants_op_cpu_f64_epyc_f23_run{1,2}.csv).
+//   Intel's, whose ATen GEMM is MKL's own DGEMM, were not measured.
 bool cpu_backward_pays(at::ScalarType dtype) {
 #if defined(__x86_64__) && defined(__GNUC__)
   // AVX512-FP16 is CPUID leaf 7's EDX bit 23, read directly: not every compiler's
@@ -115,7 +118,8 @@ bool cpu_backward_pays(at::ScalarType dtype) {
       static const bool has_fp16 = has_avx512_fp16();
       return !has_fp16;
     }
-    case at::kFloat: return __builtin_cpu_is("amd");
+    case at::kFloat:
+    case at::kDouble: return __builtin_cpu_is("amd");
     default: return false;
   }
 #else
