@@ -89,7 +89,10 @@ bool cpu_bfloat16_backward_on_amx() {
 //   AVX512-BF16 but no AMX, whose cores issue VDPBF16PS at a quarter of their FMA rate (the
 //   library's larger GEMMs there run on float32 FMAs): 0.51-0.69x (an Emerald Rapids VM,
 //   backward_variants_op_cpu_emr.csv). On AVX512-BF16 dot products without AMX on AMD's (Zen 4)
-//   it took 1.03-1.13x (backward_variants_op_cpu_zen4_run2.csv).
+//   it took 1.03-1.13x (backward_variants_op_cpu_zen4_run2.csv). Without AVX-512 (the engine at
+//   AVX2, ATen's bfloat16 GEMMs with no dot-product instructions): 0.015x on a Zen 3
+//   (backward_variants_cpu_zen3_partial.csv), 0.019-0.036x on a family-23 EPYC
+//   (backward_variants_op_cpu_bf16_epyc_f23.csv).
 // - float16 where the processor lacks AVX512-FP16: ATen's float16 GEMMs then took 41-96x the op's
 //   time (Zen 4, backward_variants_op_cpu_zen4_run1.csv). With it (Intel Sapphire Rapids) the op
 //   took 1.05-1.33x (backward_variants_op_cpu_amx_run9.csv, _run10.csv).
@@ -112,7 +115,7 @@ bool cpu_backward_pays(at::ScalarType dtype) {
   };
   switch (dtype) {
     case at::kBFloat16:
-      return cpu_bfloat16_backward_on_amx() ||
+      return cpu_bfloat16_backward_on_amx() || !__builtin_cpu_supports("avx512f") ||
              (__builtin_cpu_is("intel") && __builtin_cpu_supports("avx512bf16"));
     case at::kHalf: {
       static const bool has_fp16 = has_avx512_fp16();

@@ -336,14 +336,16 @@ def _cpu_flags_and_vendor():
 
 def _cpu_backward_through_the_op(dtype, R, B, H, K):
     # python/csrc/autograd.cpp: cpu_problem_is_small (up to 2^18 multiply-adds in float32, 2^17 in
-    # float64, 2^22 in 16-bit), else cpu_backward_pays: bfloat16 on AMX tiles or Intel's
-    # AVX512-BF16, float16 without AVX512-FP16, float32 and float64 on AMD's processors.
+    # float64, 2^22 in 16-bit), else cpu_backward_pays: bfloat16 on AMX tiles, Intel's
+    # AVX512-BF16 or without AVX-512, float16 without AVX512-FP16, float32 and float64 on AMD's
+    # processors.
     log2_limit = {torch.float32: 18, torch.float64: 17}.get(dtype, 22)
     if R * B * H * K <= 2**log2_limit:
         return True
     flags, vendor = _cpu_flags_and_vendor()
     if dtype == torch.bfloat16:
-        return {"amx_bf16", "amx_tile"} <= flags or (vendor == "GenuineIntel" and "avx512_bf16" in flags)
+        return ({"amx_bf16", "amx_tile"} <= flags or "avx512f" not in flags
+                or (vendor == "GenuineIntel" and "avx512_bf16" in flags))
     if dtype == torch.float16:
         return "avx512_fp16" not in flags
     return dtype in (torch.float32, torch.float64) and vendor == "AuthenticAMD"
