@@ -30,7 +30,7 @@ import torch
 
 import gather_linear  # noqa: F401  (registers the op)
 
-from torch_bench import device_name, median_us, rotating_set_count, timer_for, write_csv
+from torch_bench import device_name, dtype_name, median_us, rotating_set_count, timer_for, write_csv
 
 SHAPES = [  # R, B, H, K, dtype
     (8, 1024, 128, 1024, torch.float32),
@@ -156,7 +156,7 @@ def main():
     timer = timer_for(args.device)
     rows = []
     for R, B, H, K, dtype in SHAPES if on_gpu else SMALL_CPU_SHAPES if args.small else CPU_SHAPES:
-        if str(dtype).removeprefix("torch.") not in args.dtypes:
+        if dtype_name(dtype) not in args.dtypes:
             continue
         for layout in args.layouts:
             sets = input_sets(R, B, H, K, dtype, layout, args.device)
@@ -173,7 +173,7 @@ def main():
                 medians = median_us({name: (fn, sets) for name, fn in variants.items()}, args.rounds, calls, timer)
                 first = medians[next(iter(variants))]
                 for name, us in medians.items():
-                    rows.append(dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), x_layout=layout,
+                    rows.append(dict(R=R, B=B, H=H, K=K, dtype=dtype_name(dtype), x_layout=layout,
                                      gradient=gradient, variant=name, us=f"{us:.2f}",
                                      relative_to_first=f"{us / first:.3f}", device=device_name(args.device),
                                      torch=torch.__version__))

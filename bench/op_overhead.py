@@ -18,7 +18,7 @@ import subprocess
 import torch
 
 import gather_linear
-from torch_bench import per_call_us, rotating_input_sets, write_csv
+from torch_bench import dtype_name, per_call_us, rotating_input_sets, write_csv
 
 SHAPES = [  # R, B, H, K, dtype
     (8, 1024, 128, 1024, torch.float32),
@@ -58,7 +58,7 @@ def main():
         lib_us, lib_graph_us, kernel = library_time_us(args.cli, R, B, H, K, dtype)
         op_us = op_time_us(R, B, H, K, dtype)
         ratio = op_us / lib_us
-        rows.append(dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), kernel=kernel,
+        rows.append(dict(R=R, B=B, H=H, K=K, dtype=dtype_name(dtype), kernel=kernel,
                          library_graph_us=f"{lib_graph_us:.3f}", library_us=f"{lib_us:.3f}", op_us=f"{op_us:.3f}",
                          op_over_library=f"{ratio:.4f}", device=torch.cuda.get_device_name(0),
                          torch=torch.__version__))

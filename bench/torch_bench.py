@@ -73,6 +73,11 @@ def median_us(candidates, rounds, calls, timer=per_call_us):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def dtype_name(dtype):
+    """"float32" for torch.float32: the name the CSVs and the --dtypes options use."""
+    return str(dtype).removeprefix("torch.")
+
+
 def device_name(device):
     return torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or platform.machine()
 
@@ -100,7 +105,7 @@ def isolated_call_us(fn, args, flush_buffer):
 def against_pytorch_row(R, B, H, K, dtype, us, device, **extra):
     """A CSV row of median times {"eager", "torch_compile", "gather_linear"} and the two ratios."""
     ours = us["gather_linear"]
-    return dict(R=R, B=B, H=H, K=K, dtype=str(dtype).removeprefix("torch."), eager_us=f"{us['eager']:.2f}",
+    return dict(R=R, B=B, H=H, K=K, dtype=dtype_name(dtype), eager_us=f"{us['eager']:.2f}",
                 torch_compile_us=f"{us['torch_compile']:.2f}", gather_linear_us=f"{ours:.2f}",
                 eager_over_ours=f"{us['eager'] / ours:.3f}", compile_over_ours=f"{us['torch_compile'] / ours:.3f}",
                 device=device_name(device), **extra, torch=torch.__version__)

@@ -19,8 +19,8 @@ import time
 import torch
 
 import gather_linear
-from torch_bench import (AGAINST_PYTORCH_HEADER, against_pytorch_line, against_pytorch_row, eager_forward, median_us,
-                         rotating_set_count, timer_for, write_csv)
+from torch_bench import (AGAINST_PYTORCH_HEADER, against_pytorch_line, against_pytorch_row, dtype_name, eager_forward,
+                         median_us, rotating_set_count, timer_for, write_csv)
 
 SHAPES = [  # R, B, H, K, dtype
     (4, 12, 32, 56, torch.float32),
@@ -71,7 +71,7 @@ def main():
     rows = []
     print(AGAINST_PYTORCH_HEADER)
     for R, B, H, K, dtype in SHAPES if on_gpu else CPU_SHAPES:
-        if str(dtype).removeprefix("torch.") not in args.dtypes:
+        if dtype_name(dtype) not in args.dtypes:
             continue
         began = time.monotonic()
         torch._dynamo.reset()  # compiled for this shape and dtype alone (no dynamic shapes)
