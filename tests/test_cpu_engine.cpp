@@ -28,14 +28,15 @@ using namespace gather_linear::testing;
 // only grow, so one left larger by an earlier run would hide an overrun from the sanitizer. The
 // direct path's tiles of 4 weight rows by 4, 3, 2 or 1 rows of A, with reduction tails, too (and
 // a single row against a weight of over 1 MB: few flops, but threads for its bytes; and against
-// short weight rows, 16 at a time with a last tile of 6).
+// short weight rows, 16 at a time with a last tile of 6), and row blocks of every size, with
+// tiles of 4 and of 2 weight rows (the last shape).
 TEST(CpuEngineAsan, EnginePathsStayInsideTheirBuffers) {
   for (int threads : {1, 2, 3, 4, 7}) {
     for (Shape shape : {Shape{12, 8, 128, 1024}, Shape{4, 300, 512, 700}, Shape{3, 5, 1000, 1500}, Shape{3, 7, 33, 70},
-                        Shape{2, 1, 300, 500}, Shape{3, 1, 29, 70}}) {
+                        Shape{2, 1, 300, 500}, Shape{3, 1, 29, 70}, Shape{5, 37, 19, 6}}) {
       for (DType dtype : {DType::float32, DType::float64}) {
         for (Layout layout : {Layout::head_major, Layout::strided, Layout::b_unit}) {
-          for (auto path : {cpu::GemmPath::packed, cpu::GemmPath::direct}) {
+          for (auto path : kEnginePaths) {
             const Case c{shape, dtype, layout, true};
             Operands o = make_operands(c, 5);
             const Problem p = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
@@ -43,7 +44,7 @@ TEST(CpuEngineAsan, EnginePathsStayInsideTheirBuffers) {
               omp_set_num_threads(threads);
               cpu::run_gather_gemm(p, cpu::SimdLevel::best, path);
             }).join();
-            const std::string what = std::string(path == cpu::GemmPath::packed ? "packed" : "direct") + " with " +
+            const std::string what = std::string(path_name(path)) + " with " +
                                      std::to_string(threads) + " threads";
             EXPECT_LE(relative_error(o.y, reference_of(o), p.B, p.K), exact_tolerance(dtype))
                 << c << " " << what;

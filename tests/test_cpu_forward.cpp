@@ -29,6 +29,7 @@ using namespace gather_linear::testing;
 const Shape kShapes[] = {
     {1, 1, 1, 1},   {4, 12, 32, 56}, {1, 7, 5, 3},    {3, 1, 17, 1},  {2, 33, 13, 65}, {64, 5, 3, 7},
     {5, 97, 31, 37}, {8, 130, 16, 100}, {2, 40, 300, 40}, {3, 50, 100, 70}, {7, 100, 1, 9}, {1, 1, 1, 33},
+    {6, 45, 19, 6},
     {0, 4, 8, 5},   {3, 4, 0, 5},    {3, 0, 8, 5},    {3, 4, 8, 0},
 };
 const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16};
@@ -74,13 +75,12 @@ TEST_P(CpuForwardSweep, GatherGemmAtEverySimdLevelAndPath) {
   const Case c = GetParam();
   for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable}) {
     if (!cpu::simd_level_supported(level)) continue;
-    for (auto path : {cpu::GemmPath::packed, cpu::GemmPath::direct}) {
+    for (auto path : kEnginePaths) {
       const double err = error_of(c, [&](Operands& o) {
         cpu::run_gather_gemm(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), level, path);
       });
       expect_accurate(c, err,
-                      "cpu_gather_gemm level " + std::to_string(static_cast<int>(level)) + " path " +
-                          (path == cpu::GemmPath::packed ? "packed" : "direct"));
+                      "cpu_gather_gemm level " + std::to_string(static_cast<int>(level)) + " path " + path_name(path));
     }
   }
 }
@@ -357,9 +357,8 @@ void expect_engine_rounds_once(const std::uint16_t (&cases)[N][2]) {
   bool ran = false;
   for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2}) {
     if (!cpu::simd_level_supported(level)) continue;
-    for (auto path : {cpu::GemmPath::packed, cpu::GemmPath::direct}) {
-      SCOPED_TRACE(::testing::Message() << "level " << static_cast<int>(level) << " path "
-                                        << (path == cpu::GemmPath::packed ? "packed" : "direct"));
+    for (auto path : kEnginePaths) {
+      SCOPED_TRACE(::testing::Message() << "level " << static_cast<int>(level) << " path " << path_name(path));
       expect_rounded_once<T>(cases, 16, [&](const Problem& p) { cpu::run_gather_gemm(p, level, path); });
       ran = true;
     }

@@ -13,8 +13,11 @@ namespace gather_linear::cpu {
 // Instruction sets the gather-GEMM engine is compiled for; `best` picks at run time.
 enum class SimdLevel { best, avx512, avx2, portable };
 // How the engine computes: `packed` is the cache-blocked GEMM, `direct` dots each gathered row
-// with each weight row (for problems too small to repay packing); `automatic` picks by size.
-enum class GemmPath { automatic, packed, direct };
+// with each weight row, each weight row read once (for problems too small to repay packing),
+// `row_blocks` the same a block of gathered rows at a time against every weight row (for few
+// outputs: K up to 8); `automatic` picks by shape (gather_gemm.cpp). `row_blocks` and `direct`
+// take `direct`'s element-wise form where the weight's rows do not run along a unit stride.
+enum class GemmPath { automatic, packed, direct, row_blocks };
 
 // Fused: the gathered rows are packed straight from x into a SIMD GEMM. float16/bfloat16
 // accumulate in float32, float64 in float64. Throws gather_linear::Error if `level` is not

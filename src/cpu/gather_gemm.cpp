@@ -28,6 +28,7 @@ using AccumulatorOf = std::conditional_t<std::is_same_v<In, double>, double, flo
 
 struct EngineTiling {
   int MR, NR, MC, KC;
+  std::int64_t direct_reduction_per_row;  // automatic_path's
 };
 
 // One instruction set's engine for one input type; buffers are typed void* so that the
@@ -38,6 +39,7 @@ struct Engine {
   void (*compute_tile)(const Problem& p, const void* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
                        std::int64_t k0, int nc, void* a_buf, void* c_buf);
   void (*direct_rows)(const Problem& p, void* row_buf);
+  void (*row_block)(const Problem& p, std::int64_t b0, int rows, void* rows_buf);
 };
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -85,6 +87,10 @@ Engine engine_for(SimdLevel level) {
 
 thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
 
+// The direct path and row blocks pad each gathered row of A to whole vectors: at most this many
+// accumulators, whatever the engine's vector width.
+std::int64_t direct_row_stride_bound(std::int64_t RH) { return RH + 16; }
+
 // The direct path (no packing) where packing the weight costs more than it saves: below this
 // much work, or for batches this short. Packing reads and writes the weight once more than the
 // GEMM reads it, and only B rows reuse it: against the packed path the direct one took 0.11-0.68
@@ -97,24 +103,77 @@ thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
 constexpr double kDirectFlops = 4e6;
 constexpr std::int64_t kDirectFlopsMaxRows = 64;
 constexpr std::int64_t kDirectRows = 16;
+// But every output of the direct path pays a lane sum, and on AVX2 its 4 x 4 tiles spill (16
+// accumulators in 16 registers): with a reduction shorter than the engine's
+// direct_reduction_per_row times B (AVX2: R*H < 8B), the packed path took 0.2-0.95x its time in
+// float32 on a 2-core AMD EPYC of family 23 (docs/performance/cpu.md, "Short reductions and few
+// outputs"), except in problems of at most kDirectAnyReductionOutputs outputs, where the packed
+// path's fixed costs outweigh the lane sums (there the direct path took 0.2-0.8x its time).
+constexpr std::int64_t kDirectAnyReductionOutputs = 256;
+// Problems of up to this many outputs a row take row blocks: the packed path fills its NR-wide
+// micro-tiles with fewer, and the direct path gathers every row of A before reading it again for
+// each 4 weight rows. On that EPYC row blocks took 0.26-0.64x the direct path's time and 0.1-0.8x
+// the packed one's at K = 1 to 8 (float64: to 6), given a reduction of kRowBlockReductionPerOutput
+// elements an output (shorter ones leave the lane sums most of the work: 1.3-2.1x the packed
+// path's time) and rows of x gathered along a unit stride (where x's rows sit side by side, with
+// x_stride_b 1, the packed path gathers whole runs of them: row blocks took 3.6x its time).
+template <class Acc>
+constexpr std::int64_t kRowBlockMaxOutputs = std::is_same_v<Acc, double> ? 6 : 8;
+constexpr std::int64_t kRowBlockReductionPerOutput = 4;
+constexpr std::int64_t kRowBlockRows = 16;
+
+// The path `automatic` takes. The direct path and row blocks read each weight row along a unit
+// stride; the backward's transposed views go through packing, which reads them row-wise. (Copying
+// such a view row-major for the direct path measured slower still: its short reductions run as
+// chains of dependent scalar adds.)
+template <class Acc>
+GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
+  if (p.weight_stride_c != 1) return GemmPath::packed;
+  if (p.K <= kRowBlockMaxOutputs<Acc> && p.RH >= kRowBlockReductionPerOutput * p.K && (p.x_stride_b != 1 || p.B == 1))
+    return GemmPath::row_blocks;
+  const bool small = (p.flops() <= kDirectFlops && p.B <= kDirectFlopsMaxRows) ||
+                     (p.B <= kDirectRows && p.B * p.RH * std::int64_t{sizeof(Acc)} <= kDirectRowsBytes);
+  const bool reduction_pays = p.RH >= tiling.direct_reduction_per_row * p.B || p.B * p.K <= kDirectAnyReductionOutputs;
+  return small && reduction_pays ? GemmPath::direct : GemmPath::packed;
+}
+
+// Threads pay for a packed problem of few flops too where it packs and writes many bytes (a short
+// reduction): from the bytes direct_parallel_pays takes for the weight, counting the weight's and
+// y's. Below 4 MFLOP, with 256 KB to 3 MB of them, two threads took 0.51-0.64x one's time on the
+// EPYC of family 23 (docs/performance/cpu.md, "Short reductions and few outputs").
+bool packed_parallel_pays(const Problem& p) {
+  const std::int64_t bytes = (p.B * p.K + p.K * p.RH) * static_cast<std::int64_t>(dtype_size(p.dtype));
+  return parallel_pays(p.flops()) || (omp_get_max_threads() > 1 && bytes >= kParallelBytes);
+}
 
 template <class In>
 void run_engine(const Problem& p, const Engine& e, GemmPath path) {
   using Acc = AccumulatorOf<In>;
-  // The direct path reads each weight row once per row of A, cheap only along a unit stride; the
-  // backward's transposed views go through packing, which reads them row-wise. (Copying such a
-  // view row-major for the direct path measured slower still: its short reductions run as
-  // chains of dependent scalar adds.)
-  const bool direct_pays = p.weight_stride_c == 1 &&
-                           ((p.flops() <= kDirectFlops && p.B <= kDirectFlopsMaxRows) ||
-                            (p.B <= kDirectRows && p.B * p.RH * std::int64_t{sizeof(Acc)} <= kDirectRowsBytes));
-  if (path == GemmPath::direct || (path == GemmPath::automatic && direct_pays)) {
-    // Each gathered row padded to whole vectors (at most 16 accumulators more).
-    e.direct_rows(p, a_scratch.bytes(static_cast<std::size_t>(std::max<std::int64_t>(p.B * (p.RH + 16), 1)) * sizeof(Acc)));
+  if (path == GemmPath::automatic) path = automatic_path<Acc>(p, e.tiling);
+  if (p.B == 0) return;  // no rows of y to write
+  if (path == GemmPath::row_blocks && p.weight_stride_c == 1) {
+    // Blocks of up to kRowBlockRows rows, at least one a thread where threads pay (for the bytes
+    // of x they stream, as the direct path's for the weight's).
+    const std::int64_t x_bytes = p.B * p.RH * std::int64_t{sizeof(In)};
+    const bool parallel = parallel_pays(p.flops()) || (omp_get_max_threads() > 1 && x_bytes >= kParallelBytes);
+    const std::int64_t threads = parallel ? std::min<std::int64_t>(p.B, omp_get_max_threads()) : 1;
+    const std::int64_t blocks = std::max(ceil_div(p.B, kRowBlockRows), threads);
+    const std::int64_t rows_per_block = ceil_div(p.B, blocks);
+    const std::int64_t lda = direct_row_stride_bound(p.RH);
+    for_each_index(ceil_div(p.B, rows_per_block), parallel, [&](std::int64_t t) {
+      const std::int64_t b0 = t * rows_per_block;
+      const int rows = static_cast<int>(std::min(rows_per_block, p.B - b0));
+      e.row_block(p, b0, rows, a_scratch.bytes(static_cast<std::size_t>(rows * lda) * sizeof(Acc)));
+    });
     return;
   }
-  const auto [MR, NR, MC, KC] = e.tiling;
-  const bool parallel = parallel_pays(p.flops());
+  if (path == GemmPath::direct || path == GemmPath::row_blocks) {
+    const std::int64_t rows_elems = p.B * direct_row_stride_bound(p.RH);
+    e.direct_rows(p, a_scratch.bytes(static_cast<std::size_t>(rows_elems) * sizeof(Acc)));
+    return;
+  }
+  const int MR = e.tiling.MR, NR = e.tiling.NR, MC = e.tiling.MC, KC = e.tiling.KC;
+  const bool parallel = packed_parallel_pays(p);
 
   const std::int64_t panels_total = ceil_div(p.K, NR);
   const std::int64_t panel_elems = std::max<std::int64_t>(p.RH, 1) * NR;

@@ -19,6 +19,9 @@ struct Tiling {
   static constexpr int MR = GATHER_GEMM_MR;           // rows of a micro-tile
   static constexpr int KC = 256;                      // reduction slice: an NR panel slice stays in L1
   static constexpr int MC = MR * 8;                   // rows per packed A block: stays in L2
+  // The direct path's 4 x 4 tiles keep their 16 accumulators in registers only where there are
+  // 32 (AVX-512); elsewhere they spill, and it pays only with longer reductions (gather_gemm.cpp).
+  static constexpr int kDirectReductionPerRow = GATHER_GEMM_VECTOR_BYTES == 64 ? 2 : 8;
 };
 
 // The AVX-512 engine's packing and epilogue use avx512_helpers.hpp: a 16 x 16 transposition of
@@ -112,6 +115,17 @@ inline void transpose_8x8_ps(const __m256 (&rows)[8], float* out, std::int64_t o
     _mm256_storeu_ps(out + (u + 4) * out_stride, _mm256_permute2f128_ps(quads[u], quads[4 + u], 0x31));
   }
 }
+
+// out[u * out_stride + i] = rows[i][u] for 4 rows of 4 doubles: pairs interleaved within 128-bit
+// lanes, then the lanes swapped.
+inline void transpose_4x4_pd(const __m256d (&rows)[4], double* out, std::int64_t out_stride) {
+  const __m256d low01 = _mm256_unpacklo_pd(rows[0], rows[1]), high01 = _mm256_unpackhi_pd(rows[0], rows[1]);
+  const __m256d low23 = _mm256_unpacklo_pd(rows[2], rows[3]), high23 = _mm256_unpackhi_pd(rows[2], rows[3]);
+  _mm256_storeu_pd(out, _mm256_permute2f128_pd(low01, low23, 0x20));
+  _mm256_storeu_pd(out + out_stride, _mm256_permute2f128_pd(high01, high23, 0x20));
+  _mm256_storeu_pd(out + 2 * out_stride, _mm256_permute2f128_pd(low01, low23, 0x31));
+  _mm256_storeu_pd(out + 3 * out_stride, _mm256_permute2f128_pd(high01, high23, 0x31));
+}
 #else
 #define GATHER_GEMM_AVX2 0
 #endif
@@ -188,15 +202,32 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
           transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + c * NR + j0), NR);
         }
 #elif GATHER_GEMM_AVX2
-  // 16-bit rows along a unit stride: 8 x 8 blocks, widened 8 at a time and transposed in registers.
-  if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float> && NR % 8 == 0)
+  // float32 and 16-bit rows along a unit stride: 8 x 8 blocks (16-bit ones widened 8 at a time)
+  // transposed in registers.
+  if constexpr ((std::is_same_v<In, float> || kLoads8AsFloat<In>) && std::is_same_v<Acc, float> && NR % 8 == 0)
     if (stride_c == 1)
       for (; c + 8 <= p.RH; c += 8)
         for (int j0 = 0; j0 < NR; j0 += 8) {
           __m256 block[8];
-          for (int j = 0; j < 8; ++j)
-            block[j] = j0 + j < valid ? load8_as_float(rows[j0 + j] + c) : _mm256_setzero_ps();
+          for (int j = 0; j < 8; ++j) {
+            if (j0 + j >= valid)
+              block[j] = _mm256_setzero_ps();
+            else if constexpr (std::is_same_v<In, float>)
+              block[j] = _mm256_loadu_ps(rows[j0 + j] + c);
+            else
+              block[j] = load8_as_float(rows[j0 + j] + c);
+          }
           transpose_8x8_ps(block, out + c * NR + j0, NR);
+        }
+  // float64 rows along a unit stride: 4 x 4 blocks transposed in registers.
+  if constexpr (std::is_same_v<In, double> && NR % 4 == 0)
+    if (stride_c == 1)
+      for (; c + 4 <= p.RH; c += 4)
+        for (int j0 = 0; j0 < NR; j0 += 4) {
+          __m256d block[4];
+          for (int j = 0; j < 4; ++j)
+            block[j] = j0 + j < valid ? _mm256_loadu_pd(rows[j0 + j] + c) : _mm256_setzero_pd();
+          transpose_4x4_pd(block, out + c * NR + j0, NR);
         }
 #endif
   if (p.weight_stride_k == 1 && stride_c != 1) {
@@ -238,32 +269,42 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
   }
 }
 
-// Row b of A, all RH columns, contiguous (for the direct path).
+// n elements along a unit stride as accumulators. 16-bit ones widened a vector at a time: with
+// the epilogues' vector rounding, a float16 seed-sized call went from 11.2 to 4.0 us on AVX-512
+// (docs/performance/cpu.md, "The direct path's 16-bit vectors").
+template <class In, class Acc>
+void widen_run(const In* src, std::int64_t n, Acc* __restrict out) {
+  std::int64_t h = 0;
+#if GATHER_GEMM_AVX512
+  if constexpr (kLoads16AsFloat<In> && !std::is_same_v<In, float>) {
+    for (; h + 16 <= n; h += 16) _mm512_storeu_ps(out + h, load16_as_float(src + h));
+    if (h < n) {
+      const int rest = static_cast<int>(n - h);
+      _mm512_mask_storeu_ps(out + h, static_cast<__mmask16>((1u << rest) - 1), load_first_as_float(src + h, rest));
+      return;
+    }
+  }
+#elif GATHER_GEMM_AVX2
+  if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>)
+    for (; h + 8 <= n; h += 8) _mm256_storeu_ps(out + h, load8_as_float(src + h));
+#endif
+  for (; h < n; ++h) out[h] = load_as<Acc>(src[h]);
+}
+
+// Row b of A, all RH columns, contiguous (for the direct path and row blocks): one run where x's
+// slices sit side by side (a head-major x: slices of one element had cost a loop each).
 template <class In, class Acc>
 void pack_gathered_rows_to_line(const Problem& p, std::int64_t b, Acc* __restrict out) {
   const In* x = static_cast<const In*>(p.x) + b * p.x_stride_b;
+  if (p.x_stride_h == 1 && (p.R == 1 || p.x_stride_r == p.H)) {
+    widen_run(x, p.RH, out);
+    return;
+  }
   for (std::int64_t r = 0; r < p.R; ++r) {
-    std::int64_t h = 0;
-    // 16-bit slices widened a vector at a time: with the epilogues' vector rounding, a float16
-    // seed-sized call went from 11.2 to 4.0 us on AVX-512 (docs/performance/cpu.md, "The direct
-    // path's 16-bit vectors").
-#if GATHER_GEMM_AVX512
-    if constexpr (kLoads16AsFloat<In> && !std::is_same_v<In, float>)
-      if (p.x_stride_h == 1) {
-        for (; h + 16 <= p.H; h += 16) _mm512_storeu_ps(out + r * p.H + h, load16_as_float(x + r * p.x_stride_r + h));
-        if (h < p.H) {
-          const int rest = static_cast<int>(p.H - h);
-          _mm512_mask_storeu_ps(out + r * p.H + h, static_cast<__mmask16>((1u << rest) - 1),
-                                load_first_as_float(x + r * p.x_stride_r + h, rest));
-          h = p.H;
-        }
-      }
-#elif GATHER_GEMM_AVX2
-    if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>)
-      if (p.x_stride_h == 1)
-        for (; h + 8 <= p.H; h += 8) _mm256_storeu_ps(out + r * p.H + h, load8_as_float(x + r * p.x_stride_r + h));
-#endif
-    for (; h < p.H; ++h) out[r * p.H + h] = load_as<Acc>(x[r * p.x_stride_r + h * p.x_stride_h]);
+    if (p.x_stride_h == 1)
+      widen_run(x + r * p.x_stride_r, p.H, out + r * p.H);
+    else
+      for (std::int64_t h = 0; h < p.H; ++h) out[r * p.H + h] = load_as<Acc>(x[r * p.x_stride_r + h * p.x_stride_h]);
   }
 }
 
@@ -546,19 +587,20 @@ Vec weight_tail_vector(const In* src, int tail) {
   return v;
 }
 
-// y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (rows, each direct_row_stride long) and
-// kt <= 4 weight rows along a unit stride, read once for the BT rows: vectors run along the
-// reduction, 4 * BT partial sums (4 along each weight row for a single row of A on a short
-// reduction), added up at the end.
-template <class In, class Acc, int BT>
+// y[b0 .. b0+BT, k0 .. k0+kt) from BT gathered rows of A (`rows` the first, each
+// direct_row_stride long) and kt <= KT weight rows along a unit stride, read once for the BT
+// rows: vectors run along the reduction, KT * BT partial sums (4 along each weight row for a
+// single row of A on a short reduction), added up at the end. Row blocks take KT below 4 where
+// the weight has fewer rows.
+template <class In, class Acc, int BT, int KT = 4>
 void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_t k0, int kt) {
-  constexpr int L = Tiling<Acc>::kLanes, KT = 4;
+  constexpr int L = Tiling<Acc>::kLanes;
   typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
   const In* w[KT];
   direct_tile_weight_rows(p, k0, kt, w);
   const Acc* a[BT];
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
-  for (int i = 0; i < BT; ++i) a[i] = rows + (b0 + i) * lda;
+  for (int i = 0; i < BT; ++i) a[i] = rows + i * lda;
   Vec acc[BT][KT] = {};
   // Elements past `summed` are added in the epilogue.
   const auto [vectors_end, tail, vector_tail, summed] = split_reduction<In, Acc>(p.RH);
@@ -752,8 +794,42 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
   }
 #endif
   for_each_direct_tile(p.B, p.K, parallel, [&](auto rows, std::int64_t b0, std::int64_t k0, int kt) {
-    direct_tile<In, Acc, decltype(rows)::value>(p, rows_buf, b0, k0, kt);
+    direct_tile<In, Acc, decltype(rows)::value>(p, rows_buf + b0 * lda, b0, k0, kt);
   });
+}
+
+// For problems of few outputs per row (K up to kRowBlockMaxOutputs): y[b0 .. b0+rows) from those
+// rows of A gathered into rows_buf (rows * direct_row_stride accumulators, a thread's own), each
+// against all K weight rows. The weight is read once per block of rows and stays in cache; x is
+// read once, a block of rows at a time that stays in cache for every 4 weight rows. (direct_rows
+// gathers every row first and reads them all again for each 4 weight rows; the packed path
+// spends NR lanes on fewer outputs.)
+template <class In, class Acc>
+void row_block(const Problem& p, std::int64_t b0, int rows, Acc* __restrict rows_buf) {
+  const std::int64_t lda = direct_row_stride<Acc>(p.RH);
+  for (int i = 0; i < rows; ++i) {
+    pack_gathered_rows_to_line<In, Acc>(p, b0 + i, rows_buf + i * lda);
+    std::fill(rows_buf + i * lda + p.RH, rows_buf + (i + 1) * lda, Acc(0));
+  }
+  // Tiles of exactly as many weight rows as there are (up to 4): no lane is spent on a repeated row.
+  const auto tiles = [&]<int KT>(std::integral_constant<int, KT>, std::int64_t k0) {
+    int i = 0;
+    for (; i + 4 <= rows; i += 4) direct_tile<In, Acc, 4, KT>(p, rows_buf + i * lda, b0 + i, k0, KT);
+    switch (rows - i) {
+      case 3: direct_tile<In, Acc, 3, KT>(p, rows_buf + i * lda, b0 + i, k0, KT); break;
+      case 2: direct_tile<In, Acc, 2, KT>(p, rows_buf + i * lda, b0 + i, k0, KT); break;
+      case 1: direct_tile<In, Acc, 1, KT>(p, rows_buf + i * lda, b0 + i, k0, KT); break;
+      default: break;
+    }
+  };
+  std::int64_t k0 = 0;
+  for (; k0 + 4 <= p.K; k0 += 4) tiles(std::integral_constant<int, 4>{}, k0);
+  switch (p.K - k0) {
+    case 3: tiles(std::integral_constant<int, 3>{}, k0); break;
+    case 2: tiles(std::integral_constant<int, 2>{}, k0); break;
+    case 1: tiles(std::integral_constant<int, 1>{}, k0); break;
+    default: break;
+  }
 }
 
 // The non-template entry points the driver calls (instantiating the templates in this region).
@@ -775,9 +851,18 @@ void direct_rows_for(const Problem& p, void* row_buf) {
 }
 
 template <class In>
+void row_block_for(const Problem& p, std::int64_t b0, int rows, void* rows_buf) {
+  row_block<In, AccumulatorOf<In>>(p, b0, rows, static_cast<AccumulatorOf<In>*>(rows_buf));
+}
+
+template <class In>
 Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
-  return {{T::MR, T::NR, T::MC, T::KC}, &pack_weight_panel_for<In>, &compute_tile_for<In>, &direct_rows_for<In>};
+  return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow},
+          &pack_weight_panel_for<In>,
+          &compute_tile_for<In>,
+          &direct_rows_for<In>,
+          &row_block_for<In>};
 }
 
 #undef GATHER_GEMM_AVX512  // defined again by the next instruction set's inclusion
