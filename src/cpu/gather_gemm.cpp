@@ -137,13 +137,16 @@ GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
   return small && reduction_pays ? GemmPath::direct : GemmPath::packed;
 }
 
-// Threads pay for a packed problem of few flops too where it packs and writes many bytes (a short
-// reduction): from the bytes direct_parallel_pays takes for the weight, counting the weight's and
-// y's. Below 4 MFLOP, with 256 KB to 3 MB of them, two threads took 0.51-0.64x one's time on the
-// EPYC of family 23 (docs/performance/cpu.md, "Short reductions and few outputs").
-bool packed_parallel_pays(const Problem& p) {
+// Threads for the packed path: from kParallelFlops counted in AVX-512 float32 multiply-adds (a
+// float64 one, or an AVX2 one, does half the work of such an instruction: at 1-4 MFLOP two
+// threads took 0.53-0.83x one's time in float32 and 0.57-0.74x in float64 on AVX2 on the EPYC of
+// family 23), or from the bytes direct_parallel_pays takes for the weight, counting the weight's
+// and y's (a short reduction packs and writes many: with 256 KB to 3 MB of them two threads took
+// 0.51-0.64x one's time there; docs/performance/cpu.md, "Short reductions and few outputs").
+bool packed_parallel_pays(const Problem& p, const EngineTiling& tiling) {
+  const double avx512_float_flops = p.flops() * (32.0 / tiling.NR);  // NR: two vectors
   const std::int64_t bytes = (p.B * p.K + p.K * p.RH) * static_cast<std::int64_t>(dtype_size(p.dtype));
-  return parallel_pays(p.flops()) || (omp_get_max_threads() > 1 && bytes >= kParallelBytes);
+  return parallel_pays(avx512_float_flops) || (omp_get_max_threads() > 1 && bytes >= kParallelBytes);
 }
 
 template <class In>
@@ -173,7 +176,7 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
     return;
   }
   const int MR = e.tiling.MR, NR = e.tiling.NR, MC = e.tiling.MC, KC = e.tiling.KC;
-  const bool parallel = packed_parallel_pays(p);
+  const bool parallel = packed_parallel_pays(p, e.tiling);
 
   const std::int64_t panels_total = ceil_div(p.K, NR);
   const std::int64_t panel_elems = std::max<std::int64_t>(p.RH, 1) * NR;
