@@ -1,18 +1,22 @@
 // Times two of this build's CPU kernels (or "auto", the dispatcher's choice) against each other
-// call by call in one process, through gather_linear::forward (alternating_pairs.hpp says why).
-// One CSV row a problem: its kernel times (medians) and quartiles of the
-// per-pair ratio time_b / time_a; "same" where both wrote the same bits.
+// call by call in one process, through gather_linear::forward (alternating_pairs.hpp says why);
+// cpu_gather_gemm:packed, :direct or :row_blocks is the SIMD engine with that path forced. One
+// CSV row a problem: its kernel times (medians) and quartiles of the per-pair ratio
+// time_b / time_a; "same" where both wrote the same bits.
 //
-//   cpu_kernel_ab KERNEL_A KERNEL_B R,B,H,K[,f32|f16|bf16[,contiguous|head-major]] ... [--pairs N]
+//   cpu_kernel_ab KERNEL_A KERNEL_B R,B,H,K[,f32|f64|f16|bf16[,contiguous|head-major]] ... [--pairs N]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "alternating_pairs.hpp"
+#include "core/validate.hpp"
+#include "cpu/cpu_kernels.hpp"
 #include "gather_linear/gather_linear.hpp"
 
 namespace {
@@ -36,8 +40,33 @@ Problem parse(const std::string& spec) {
   return p;
 }
 
+// A kernel name, or cpu_gather_gemm:PATH: a call of forward, or of the engine on that path.
+std::function<void(const TensorView&, const TensorView&, const TensorView&, const TensorView&)> runner(
+    const std::string& name) {
+  const auto colon = name.find(':');
+  if (colon == std::string::npos) {
+    Options options;
+    options.kernel = name;
+    return [options](const TensorView& x, const TensorView& w, const TensorView& b, const TensorView& y) {
+      forward(x, w, b, y, options);
+    };
+  }
+  const std::string kernel = name.substr(0, colon), path_name = name.substr(colon + 1);
+  const cpu::GemmPath path = path_name == "packed"   ? cpu::GemmPath::packed
+                             : path_name == "direct" ? cpu::GemmPath::direct
+                                                     : cpu::GemmPath::row_blocks;
+  if (kernel != "cpu_gather_gemm" || (path == cpu::GemmPath::row_blocks && path_name != "row_blocks"))
+    throw std::invalid_argument("expected cpu_gather_gemm:packed, :direct or :row_blocks, got " + name);
+  return [path](const TensorView& x, const TensorView& w, const TensorView& b, const TensorView& y) {
+    cpu::run_gather_gemm(validate_forward_args(x, w, b, y), cpu::SimdLevel::best, path);
+  };
+}
+
 void compare(const std::string& kernel_a, const std::string& kernel_b, const Problem& s, int pairs) {
-  const DType dtype = s.dtype == "f16" ? DType::float16 : s.dtype == "bf16" ? DType::bfloat16 : DType::float32;
+  const DType dtype = s.dtype == "f16"    ? DType::float16
+                      : s.dtype == "bf16" ? DType::bfloat16
+                      : s.dtype == "f64"  ? DType::float64
+                                          : DType::float32;
   const std::size_t size = dtype_size(dtype);
   std::vector<std::byte> x(s.R * s.B * s.H * size), w(s.K * s.R * s.H * size), bias(s.K * size);
   std::vector<std::byte> y_a(s.B * s.K * size), y_b(s.B * s.K * size);
@@ -51,15 +80,19 @@ void compare(const std::string& kernel_a, const std::string& kernel_b, const Pro
   const TensorView bv = TensorView::contiguous(bias.data(), dtype, cpu, {s.K});
   const TensorView ya = TensorView::contiguous(y_a.data(), dtype, cpu, {s.B, s.K});
   const TensorView yb = TensorView::contiguous(y_b.data(), dtype, cpu, {s.B, s.K});
-  Options options_a, options_b;
-  options_a.kernel = kernel_a, options_b.kernel = kernel_b;
-  const bench::PairTimes t = bench::time_alternating_pairs(
-      pairs, [&] { forward(xv, wv, bv, ya, options_a); }, [&] { forward(xv, wv, bv, yb, options_b); });
+  const auto run_a = runner(kernel_a), run_b = runner(kernel_b);
+  const bench::PairTimes t =
+      bench::time_alternating_pairs(pairs, [&] { run_a(xv, wv, bv, ya); }, [&] { run_b(xv, wv, bv, yb); });
   const bool same = y_a == y_b;
+  const auto chosen = [&](const std::string& name, const TensorView& y) {
+    if (name.find(':') != std::string::npos) return name;
+    Options options;
+    options.kernel = name;
+    return std::string(select_kernel(xv, wv, bv, y, options));
+  };
   std::printf("%lld,%lld,%lld,%lld,%s,%s,%s,%s,%d,%.1f,%.1f,%.3f,%.3f,%.3f,%s\n", (long long)s.R, (long long)s.B,
               (long long)s.H, (long long)s.K, s.dtype.c_str(), s.layout.c_str(),
-              std::string(select_kernel(xv, wv, bv, ya, options_a)).c_str(),
-              std::string(select_kernel(xv, wv, bv, yb, options_b)).c_str(), pairs, quantile(t.a_us, 0.5),
+              chosen(kernel_a, ya).c_str(), chosen(kernel_b, yb).c_str(), pairs, quantile(t.a_us, 0.5),
               quantile(t.b_us, 0.5), quantile(t.ratio, 0.25), quantile(t.ratio, 0.5), quantile(t.ratio, 0.75),
               same ? "same" : "different");
   std::fflush(stdout);
@@ -75,7 +108,7 @@ int main(int argc, char** argv) {
     args.erase(it, it + 2);
   }
   if (args.size() < 3 || pairs < 1) {
-    std::fprintf(stderr, "usage: %s KERNEL_A KERNEL_B R,B,H,K[,f32|f16|bf16[,contiguous|head-major]] ... [--pairs N]\n",
+    std::fprintf(stderr, "usage: %s KERNEL_A KERNEL_B R,B,H,K[,f32|f64|f16|bf16[,contiguous|head-major]] ... [--pairs N]\n",
                  argv[0]);
     return 2;
   }
