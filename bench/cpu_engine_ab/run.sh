@@ -2,12 +2,13 @@
 # Compares the CPU engine (src/cpu/gather_gemm.cpp and what it includes) at a git revision with
 # the working tree's, both in one process, alternating call by call (timing.cpp says why). The
 # engine alone: no dispatcher, no validation; x contiguous, with a bias.
-#   bench/cpu_engine_ab/run.sh BASE_REV R,B,H,K[,f32|f64|f16|bf16] ...     env: PAIRS (40), OMP_NUM_THREADS
+#   bench/cpu_engine_ab/run.sh BASE_REV R,B,H,K[,f32|f64|f16|bf16] ...     env: PAIRS (40), OMP_NUM_THREADS,
+#   MODE (forward; grad_x or grad_weight: the backward's problem for that gradient, x head-major)
 # One CSV row a shape: R,B,H,K,dtype,pairs,base_us,working_us,ratio_q25,ratio_median,ratio_q75,
 # outputs (ratio: the working tree's time over the base's in each pair; "same" where both wrote the
 # same bits). A revision against an unchanged tree measures the noise.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,9p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,10p' "$0"; exit 2; }
 base=$1
 shift
 root=$(git rev-parse --show-toplevel)
@@ -37,5 +38,5 @@ c++ -fopenmp "${objects[@]}" -o "$work/cpu_engine_ab"
 echo "R,B,H,K,dtype,pairs,base_us,working_us,ratio_q25,ratio_median,ratio_q75,outputs"
 for shape in "$@"; do
   IFS=, read -r R B H K dtype <<< "$shape"
-  "$work/cpu_engine_ab" "$R" "$B" "$H" "$K" "${dtype:-f32}" "${PAIRS:-40}"
+  "$work/cpu_engine_ab" "$R" "$B" "$H" "$K" "${dtype:-f32}" "${PAIRS:-40}" "${MODE:-forward}"
 done
