@@ -25,8 +25,10 @@ inline bool parallel_pays(double flops) { return omp_get_max_threads() > 1 && fl
 // 1.78-3.30x in float16 and float32 on the GPU host's 16-core Xeon, 0.73-1.48x to 1.23-2.14x in
 // float16 on the 2-core Zen 4 (docs/performance/cpu.md, "Threads from 256 KB of weight").
 constexpr std::int64_t kParallelBytes = std::int64_t{1} << 18;
-inline bool direct_parallel_pays(const Problem& p) {
-  return parallel_pays(p.flops()) || (omp_get_max_threads() > 1 && p.weight_bytes() >= kParallelBytes);
+// `flop_weight`: what one flop costs against an AVX-512 float32 one (the SIMD engine's: 16 / its
+// lanes), so that kParallelFlops means the same time of work on every engine.
+inline bool direct_parallel_pays(const Problem& p, double flop_weight = 1) {
+  return parallel_pays(p.flops() * flop_weight) || (omp_get_max_threads() > 1 && p.weight_bytes() >= kParallelBytes);
 }
 // A packed weight block this large keeps one reduction slice of it in L2/L3 while row blocks
 // stream.

@@ -783,7 +783,7 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
       }
     return;
   }
-  const bool parallel = direct_parallel_pays(p);
+  const bool parallel = direct_parallel_pays(p, 16.0 / Tiling<Acc>::kLanes);
 #if GATHER_GEMM_AVX512 || GATHER_GEMM_AVX2
   if (p.B == 1 && p.RH <= kSingleRowTileMaxReduction) {
     constexpr int KT = Tiling<Acc>::kLanes;
