@@ -52,10 +52,14 @@ std::function<void(const TensorView&, const TensorView&, const TensorView&, cons
     };
   }
   const std::string kernel = name.substr(0, colon), path_name = name.substr(colon + 1);
-  const cpu::GemmPath path = path_name == "packed"   ? cpu::GemmPath::packed
-                             : path_name == "direct" ? cpu::GemmPath::direct
-                                                     : cpu::GemmPath::row_blocks;
-  if (kernel != "cpu_gather_gemm" || (path == cpu::GemmPath::row_blocks && path_name != "row_blocks"))
+  cpu::GemmPath path{};
+  if (path_name == "packed")
+    path = cpu::GemmPath::packed;
+  else if (path_name == "direct")
+    path = cpu::GemmPath::direct;
+  else if (path_name == "row_blocks")
+    path = cpu::GemmPath::row_blocks;
+  if (kernel != "cpu_gather_gemm" || path == cpu::GemmPath::automatic)
     throw std::invalid_argument("expected cpu_gather_gemm:packed, :direct or :row_blocks, got " + name);
   return [path](const TensorView& x, const TensorView& w, const TensorView& b, const TensorView& y) {
     cpu::run_gather_gemm(validate_forward_args(x, w, b, y), cpu::SimdLevel::best, path);
@@ -108,7 +112,8 @@ int main(int argc, char** argv) {
     args.erase(it, it + 2);
   }
   if (args.size() < 3 || pairs < 1) {
-    std::fprintf(stderr, "usage: %s KERNEL_A KERNEL_B R,B,H,K[,f32|f64|f16|bf16[,contiguous|head-major]] ... [--pairs N]\n",
+    std::fprintf(stderr,
+                 "usage: %s KERNEL_A KERNEL_B R,B,H,K[,f32|f64|f16|bf16[,contiguous|head-major]] ... [--pairs N]\n",
                  argv[0]);
     return 2;
   }

@@ -20,15 +20,19 @@ constexpr double kParallelFlops = 4e6;
 inline bool parallel_pays(double flops) { return omp_get_max_threads() > 1 && flops > kParallelFlops; }
 // The direct paths stream the weight once from memory, which one core cannot do at the socket's
 // bandwidth: threads pay from this many bytes of it, however few the flops (and from as many
-// bytes of x that row blocks stream, or of weight and y that the packed path packs and writes). From 256 KB rather
-// than 1 MB, weights of 256-512 KB at B = 1 and 5 went from 0.52-1.85x eager PyTorch's speed to
-// 1.78-3.30x in float16 and float32 on the GPU host's 16-core Xeon, 0.73-1.48x to 1.23-2.14x in
-// float16 on the 2-core Zen 4 (docs/performance/cpu.md, "Threads from 256 KB of weight").
+// bytes of x that row blocks stream, or of weight and y that the packed path packs and writes).
+// From 256 KB rather than 1 MB, weights of 256-512 KB at B = 1 and 5 went from 0.52-1.85x eager
+// PyTorch's speed to 1.78-3.30x in float16 and float32 on the GPU host's 16-core Xeon,
+// 0.73-1.48x to 1.23-2.14x in float16 on the 2-core Zen 4 (docs/performance/cpu.md, "Threads
+// from 256 KB of weight").
 constexpr std::int64_t kParallelBytes = std::int64_t{1} << 18;
-// `flop_weight`: what one flop costs against an AVX-512 float32 one (the SIMD engine's: 16 / its
-// lanes), so that kParallelFlops means the same time of work on every engine.
+inline bool parallel_pays(double flops, std::int64_t streamed_bytes) {
+  return parallel_pays(flops) || (omp_get_max_threads() > 1 && streamed_bytes >= kParallelBytes);
+}
+// `flop_weight`: what one flop costs against an AVX-512 float32 one (the SIMD engine's
+// kFlopWeight), so that kParallelFlops means the same time of work on every engine.
 inline bool direct_parallel_pays(const Problem& p, double flop_weight = 1) {
-  return parallel_pays(p.flops() * flop_weight) || (omp_get_max_threads() > 1 && p.weight_bytes() >= kParallelBytes);
+  return parallel_pays(p.flops() * flop_weight, p.weight_bytes());
 }
 // A packed weight block this large keeps one reduction slice of it in L2/L3 while row blocks
 // stream.

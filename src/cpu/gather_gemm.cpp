@@ -29,6 +29,7 @@ using AccumulatorOf = std::conditional_t<std::is_same_v<In, double>, double, flo
 struct EngineTiling {
   int MR, NR, MC, KC;
   std::int64_t direct_reduction_per_row;  // automatic_path's
+  double flop_weight;                     // Tiling's kFlopWeight: the thread rules'
 };
 
 // One instruction set's engine for one input type; buffers are typed void* so that the
@@ -144,9 +145,8 @@ GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
 // and y's (a short reduction packs and writes many: with 256 KB to 3 MB of them two threads took
 // 0.51-0.64x one's time there; docs/performance/cpu.md, "Short reductions and few outputs").
 bool packed_parallel_pays(const Problem& p, const EngineTiling& tiling) {
-  const double avx512_float_flops = p.flops() * (32.0 / tiling.NR);  // NR: two vectors
   const std::int64_t bytes = (p.B * p.K + p.K * p.RH) * static_cast<std::int64_t>(dtype_size(p.dtype));
-  return parallel_pays(avx512_float_flops) || (omp_get_max_threads() > 1 && bytes >= kParallelBytes);
+  return parallel_pays(p.flops() * tiling.flop_weight, bytes);
 }
 
 template <class In>
@@ -157,8 +157,7 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
   if (path == GemmPath::row_blocks && p.weight_stride_c == 1) {
     // Blocks of up to kRowBlockRows rows, at least one a thread where threads pay (for the bytes
     // of x they stream, as the direct path's for the weight's).
-    const std::int64_t x_bytes = p.B * p.RH * std::int64_t{sizeof(In)};
-    const bool parallel = parallel_pays(p.flops()) || (omp_get_max_threads() > 1 && x_bytes >= kParallelBytes);
+    const bool parallel = parallel_pays(p.flops(), p.B * p.RH * std::int64_t{sizeof(In)});
     const std::int64_t threads = parallel ? std::min<std::int64_t>(p.B, omp_get_max_threads()) : 1;
     const std::int64_t blocks = std::max(ceil_div(p.B, kRowBlockRows), threads);
     const std::int64_t rows_per_block = ceil_div(p.B, blocks);

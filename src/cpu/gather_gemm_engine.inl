@@ -22,6 +22,9 @@ struct Tiling {
   // The direct path's 4 x 4 tiles keep their 16 accumulators in registers only where there are
   // 32 (AVX-512); elsewhere they spill, and it pays only with longer reductions (gather_gemm.cpp).
   static constexpr int kDirectReductionPerRow = GATHER_GEMM_VECTOR_BYTES == 64 ? 2 : 8;
+  // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
+  // thresholds count flops in those.
+  static constexpr double kFlopWeight = 16.0 / kLanes;
 };
 
 // The AVX-512 engine's packing and epilogue use avx512_helpers.hpp: a 16 x 16 transposition of
@@ -783,7 +786,7 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
       }
     return;
   }
-  const bool parallel = direct_parallel_pays(p, 16.0 / Tiling<Acc>::kLanes);
+  const bool parallel = direct_parallel_pays(p, Tiling<Acc>::kFlopWeight);
 #if GATHER_GEMM_AVX512 || GATHER_GEMM_AVX2
   if (p.B == 1 && p.RH <= kSingleRowTileMaxReduction) {
     constexpr int KT = Tiling<Acc>::kLanes;
@@ -858,7 +861,7 @@ void row_block_for(const Problem& p, std::int64_t b0, int rows, void* rows_buf) 
 template <class In>
 Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
-  return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow},
+  return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow, T::kFlopWeight},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
