@@ -101,14 +101,14 @@ void direct_tile_weight_rows(const Problem& p, std::int64_t k0, int kt, const In
 }
 
 // The direct paths' split (no packing: each weight row read once against a few rows of A):
-// tile(std::integral_constant<int, BT>{}, b0, k0, kt) for every tile of kt <= 4 weight rows from
-// k0 by BT <= 4 rows of A from b0; tiles of 4 weight rows go to the OpenMP threads where
+// tile(std::integral_constant<int, BT>{}, b0, k0, kt) for every tile of kt <= KT weight rows
+// from k0 by BT <= 4 rows of A from b0; tiles of KT weight rows go to the OpenMP threads where
 // `parallel`.
-template <class Tile>
+template <int KT = 4, class Tile>
 void for_each_direct_tile(std::int64_t B, std::int64_t K, bool parallel, Tile&& tile) {
-  for_each_index(ceil_div(K, 4), parallel, [&](std::int64_t t) {
-    const std::int64_t k0 = t * 4;
-    const int kt = static_cast<int>(std::min<std::int64_t>(4, K - k0));
+  for_each_index(ceil_div(K, KT), parallel, [&](std::int64_t t) {
+    const std::int64_t k0 = t * KT;
+    const int kt = static_cast<int>(std::min<std::int64_t>(KT, K - k0));
     std::int64_t b0 = 0;
     for (; b0 + 4 <= B; b0 += 4) tile(std::integral_constant<int, 4>{}, b0, k0, kt);
     switch (B - b0) {

@@ -22,6 +22,14 @@ struct Tiling {
   // The direct path's 4 x 4 tiles keep their 16 accumulators in registers only where there are
   // 32 (AVX-512); elsewhere they spill, and it pays only with longer reductions (gather_gemm.cpp).
   static constexpr int kDirectReductionPerRow = GATHER_GEMM_VECTOR_BYTES == 64 ? 2 : 8;
+  // With AVX2's 16 vector registers a 4 x 4 tile (16 accumulators, 4 weight vectors, an A vector)
+  // spills, a 4 x 3 one fits exactly. On a long reduction the fit pays: 0.69-0.84x the time in
+  // float32 at R*H = 256-1024, 0.71-0.78x in float64 from R*H = 64; on shorter ones the third more
+  // tiles' setup and lane sums outweigh it (1.07-1.45x at float32 R*H <= 64), and with fewer than 3
+  // rows of A the 2 x 4 tile fits already (docs/performance/cpu.md, "Direct tiles that fit AVX2's
+  // registers").
+  static constexpr int kDirectFittedWeightRows = GATHER_GEMM_VECTOR_BYTES == 32 ? 3 : 4;
+  static constexpr int kDirectFittedMinVectors = sizeof(Acc) == 8 ? 16 : 32;
   // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
   // thresholds count flops in those.
   static constexpr double kFlopWeight = 16.0 / kLanes;
@@ -796,9 +804,17 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
     return;
   }
 #endif
-  for_each_direct_tile(p.B, p.K, parallel, [&](auto rows, std::int64_t b0, std::int64_t k0, int kt) {
-    direct_tile<In, Acc, decltype(rows)::value>(p, rows_buf + b0 * lda, b0, k0, kt);
-  });
+  const auto tiles = [&]<int KT>(std::integral_constant<int, KT>) {
+    for_each_direct_tile<KT>(p.B, p.K, parallel, [&](auto rows, std::int64_t b0, std::int64_t k0, int kt) {
+      direct_tile<In, Acc, decltype(rows)::value, KT>(p, rows_buf + b0 * lda, b0, k0, kt);
+    });
+  };
+  using T = Tiling<Acc>;
+  if constexpr (T::kDirectFittedWeightRows != 4) {
+    if (p.B >= 3 && p.RH >= T::kDirectFittedMinVectors * T::kLanes)
+      return tiles(std::integral_constant<int, T::kDirectFittedWeightRows>{});
+  }
+  tiles(std::integral_constant<int, 4>{});
 }
 
 // For problems of few outputs per row (K up to kRowBlockMaxOutputs): y[b0 .. b0+rows) from those
