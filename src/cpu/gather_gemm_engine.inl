@@ -841,7 +841,13 @@ void row_block(const Problem& p, std::int64_t b0, int rows, Acc* __restrict rows
       default: break;
     }
   };
+  // Where AVX2's 4 x 4 tiles would spill, tiles of 3 weight rows first (0.81-0.97x the time at
+  // K = 4-8 with R*H from 256 in float32, from 64 in float64).
   std::int64_t k0 = 0;
+  using T = Tiling<Acc>;
+  constexpr int kFitted = T::kDirectFittedWeightRows;
+  if (kFitted != 4 && rows >= 3 && p.RH >= T::kDirectFittedMinVectors * T::kLanes)
+    for (; k0 + kFitted <= p.K; k0 += kFitted) tiles(std::integral_constant<int, kFitted>{}, k0);
   for (; k0 + 4 <= p.K; k0 += 4) tiles(std::integral_constant<int, 4>{}, k0);
   switch (p.K - k0) {
     case 3: tiles(std::integral_constant<int, 3>{}, k0); break;
