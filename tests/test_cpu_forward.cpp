@@ -25,11 +25,12 @@ using namespace gather_linear::testing;
 
 // Edges: unit sizes, odd and prime H, R = 64, H = 1, row counts around the SIMD tiles
 // (MR = 4/6/12, MC = 32/48/96), reductions longer than the KC = 256 slice and H larger than it,
+// the direct path's tiles of 3 weight rows (AVX2, long reductions) with 1 or 2 weight rows left,
 // and empty dimensions.
 const Shape kShapes[] = {
     {1, 1, 1, 1},   {4, 12, 32, 56}, {1, 7, 5, 3},    {3, 1, 17, 1},  {2, 33, 13, 65}, {64, 5, 3, 7},
     {5, 97, 31, 37}, {8, 130, 16, 100}, {2, 40, 300, 40}, {3, 50, 100, 70}, {7, 100, 1, 9}, {1, 1, 1, 33},
-    {6, 45, 19, 6},
+    {6, 45, 19, 6}, {3, 23, 90, 29},
     {0, 4, 8, 5},   {3, 4, 0, 5},    {3, 0, 8, 5},    {3, 4, 8, 0},
 };
 const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16};

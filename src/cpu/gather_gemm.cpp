@@ -29,6 +29,7 @@ using AccumulatorOf = std::conditional_t<std::is_same_v<In, double>, double, flo
 struct EngineTiling {
   int MR, NR, MC, KC;
   std::int64_t direct_reduction_per_row;  // automatic_path's
+  std::int64_t direct_wide_rows_bytes;    // automatic_path's
   double flop_weight;                     // Tiling's kFlopWeight: the thread rules'
 };
 
@@ -132,8 +133,10 @@ GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
   if (p.weight_stride_c != 1) return GemmPath::packed;
   if (p.K <= kRowBlockMaxOutputs<Acc> && p.RH >= kRowBlockReductionPerOutput * p.K && (p.x_stride_b != 1 || p.B == 1))
     return GemmPath::row_blocks;
+  const std::int64_t rows_bytes = p.B * p.RH * std::int64_t{sizeof(Acc)};
   const bool small = (p.flops() <= kDirectFlops && p.B <= kDirectFlopsMaxRows) ||
-                     (p.B <= kDirectRows && p.B * p.RH * std::int64_t{sizeof(Acc)} <= kDirectRowsBytes);
+                     (p.B <= kDirectRows && rows_bytes <= kDirectRowsBytes) ||
+                     (dtype_size(p.dtype) == sizeof(Acc) && rows_bytes <= tiling.direct_wide_rows_bytes);
   const bool reduction_pays = p.RH >= tiling.direct_reduction_per_row * p.B || p.B * p.K <= kDirectAnyReductionOutputs;
   return small && reduction_pays ? GemmPath::direct : GemmPath::packed;
 }
