@@ -30,6 +30,7 @@ struct EngineTiling {
   int MR, NR, MC, KC;
   std::int64_t direct_reduction_per_row;  // automatic_path's
   std::int64_t direct_wide_rows_bytes;    // automatic_path's
+  std::int64_t direct_wide_min_reduction; // automatic_path's
   double flop_weight;                     // Tiling's kFlopWeight: the thread rules'
 };
 
@@ -101,7 +102,9 @@ std::int64_t direct_row_stride_bound(std::int64_t RH) { return RH + 16; }
 // gathered rows of A (B * RH accumulators) are bounded by kDirectRowsBytes. Small problems of more
 // rows than kDirectFlopsMaxRows are packed: at B = 96 to 512 the packed path took 0.47-0.80x the
 // direct one's time on an Emerald Rapids VM, at B = 24 to 48 1.15-1.57x (docs/performance/cpu.md,
-// "Small problems of many rows").
+// "Small problems of many rows"). On AVX2, float32 problems of long reductions take it at any size
+// while their gathered rows fit the engine's direct_wide_rows_bytes (Tiling's kDirectWideRowsBytes
+// says why).
 constexpr double kDirectFlops = 4e6;
 constexpr std::int64_t kDirectFlopsMaxRows = 64;
 constexpr std::int64_t kDirectRows = 16;
@@ -136,7 +139,8 @@ GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
   const std::int64_t rows_bytes = p.B * p.RH * std::int64_t{sizeof(Acc)};
   const bool small = (p.flops() <= kDirectFlops && p.B <= kDirectFlopsMaxRows) ||
                      (p.B <= kDirectRows && rows_bytes <= kDirectRowsBytes) ||
-                     (dtype_size(p.dtype) == sizeof(Acc) && rows_bytes <= tiling.direct_wide_rows_bytes);
+                     (dtype_size(p.dtype) == sizeof(Acc) && rows_bytes <= tiling.direct_wide_rows_bytes &&
+                      p.RH >= tiling.direct_wide_min_reduction);
   const bool reduction_pays = p.RH >= tiling.direct_reduction_per_row * p.B || p.B * p.K <= kDirectAnyReductionOutputs;
   return small && reduction_pays ? GemmPath::direct : GemmPath::packed;
 }

@@ -30,13 +30,15 @@ struct Tiling {
   // registers").
   static constexpr int kDirectFittedWeightRows = GATHER_GEMM_VECTOR_BYTES == 32 ? 3 : 4;
   static constexpr int kDirectFittedMinVectors = sizeof(Acc) == 8 ? 16 : 32;
-  // With those tiles the direct path outruns packing on AVX2 beyond the small problems too (given
-  // R*H >= kDirectReductionPerRow * B), while its gathered rows of A, read again for each 3 weight
-  // rows, stay within this many bytes: float32 and float64 took 0.51-0.96x the packed path's time
-  // with up to 2 MB of them, 0.67-1.03x at 3-4 MB, 1.5-2.3x from 6 MB; 16-bit inputs, widened on
-  // every load, 1.0-1.06x (docs/performance/cpu.md, "Direct tiles that fit AVX2's registers").
-  // Not measured elsewhere: 0 keeps the small problems' rule alone.
-  static constexpr std::int64_t kDirectWideRowsBytes = GATHER_GEMM_VECTOR_BYTES == 32 ? std::int64_t{2} << 20 : 0;
+  // With those tiles the direct path outruns packing on AVX2 in float32 beyond the small problems
+  // too (given R*H >= kDirectReductionPerRow * B and a reduction long enough for them), while its
+  // gathered rows of A, read again for each 3 weight rows, stay within this many bytes: 0.51-0.96x
+  // the packed path's time with up to 2 MB of them, 0.67-1.03x at 3-4 MB, 1.5-2.3x from 6 MB.
+  // Not float64 (0.78-1.1x, and 1.57x with few outputs at (16, 66, 78, 7)), nor 16-bit inputs
+  // (widened on every load: 1.0-1.06x); 0 where not measured (docs/performance/cpu.md, "Direct
+  // tiles that fit AVX2's registers").
+  static constexpr std::int64_t kDirectWideRowsBytes =
+      GATHER_GEMM_VECTOR_BYTES == 32 && sizeof(Acc) == 4 ? std::int64_t{2} << 20 : 0;
   // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
   // thresholds count flops in those.
   static constexpr double kFlopWeight = 16.0 / kLanes;
@@ -890,7 +892,8 @@ void row_block_for(const Problem& p, std::int64_t b0, int rows, void* rows_buf) 
 template <class In>
 Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
-  return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow, T::kDirectWideRowsBytes, T::kFlopWeight},
+  return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow, T::kDirectWideRowsBytes,
+           std::int64_t{T::kDirectFittedMinVectors} * T::kLanes, T::kFlopWeight},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
