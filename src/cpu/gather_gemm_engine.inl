@@ -19,15 +19,16 @@ struct Tiling {
   static constexpr int MR = GATHER_GEMM_MR;           // rows of a micro-tile
   static constexpr int KC = 256;                      // reduction slice: an NR panel slice stays in L1
   static constexpr int MC = MR * 8;                   // rows per packed A block: stays in L2
-  // The direct path's 4 x 4 tiles keep their 16 accumulators in registers only where there are
-  // 32 (AVX-512); elsewhere they spill, and it pays only with longer reductions (gather_gemm.cpp).
+  // The direct path pays only with reductions long enough for its lane sums (gather_gemm.cpp):
+  // R*H >= 2B where its 4 x 4 tiles stay in AVX-512's 32 registers, 8B elsewhere (on AVX2 also
+  // with the 4 x 3 tiles below: packed over direct time 0.77-1.15 at R*H = 8B, B = 16 to 128).
   static constexpr int kDirectReductionPerRow = GATHER_GEMM_VECTOR_BYTES == 64 ? 2 : 8;
   // With AVX2's 16 vector registers a 4 x 4 tile (16 accumulators, 4 weight vectors, an A vector)
   // spills, a 4 x 3 one fits exactly. On a long reduction the fit pays: 0.69-0.84x the time in
-  // float32 at R*H = 256-1024, 0.71-0.78x in float64 from R*H = 64; on shorter ones the third more
-  // tiles' setup and lane sums outweigh it (1.07-1.45x at float32 R*H <= 64), and with fewer than 3
-  // rows of A the 2 x 4 tile fits already (docs/performance/cpu.md, "Direct tiles that fit AVX2's
-  // registers").
+  // float32 at R*H = 256-1024 with up to 16 rows (0.93-1.01x with 32 to 64), 0.64-0.78x in float64
+  // from R*H = 64; on shorter ones the third more tiles' setup and lane sums outweigh it (float32:
+  // 0.92-1.13x at R*H = 128, 1.06-1.45x at 64 and below), and with fewer than 3 rows of A the
+  // 2 x 4 tile fits already (docs/performance/cpu.md, "Direct tiles that fit AVX2's registers").
   static constexpr int kDirectFittedWeightRows = GATHER_GEMM_VECTOR_BYTES == 32 ? 3 : 4;
   static constexpr int kDirectFittedMinVectors = sizeof(Acc) == 8 ? 16 : 32;
   // With those tiles the direct path outruns packing on AVX2 in float32 beyond the small problems
