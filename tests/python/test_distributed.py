@@ -14,6 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
@@ -136,7 +137,10 @@ def train_beside_linear(rank, device, wrapping):
         models = [DistributedDataParallel(ours, device_ids=device_ids),
                   DistributedDataParallel(linear, device_ids=device_ids)]
     else:  # FSDP2: each rank holds a shard of every parameter, gathered for the forward
-        models = [fully_shard(ours), fully_shard(linear)]
+        # The mesh named: by default fully_shard takes the GPU's wherever there is one, and would
+        # move the gloo group's CPU parameters there.
+        mesh = init_device_mesh(device.type, (WORLD,))
+        models = [fully_shard(ours, mesh=mesh), fully_shard(linear, mesh=mesh)]
     optimizers = [torch.optim.SGD(model.parameters(), lr=0.5) for model in models]
     data = torch.Generator().manual_seed(100 + rank)  # every rank its own batches
     for _ in range(3):
