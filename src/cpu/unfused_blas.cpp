@@ -2,6 +2,7 @@
 // matrix, then one BLAS GEMM with the bias. float16/bfloat16 are widened to float32 for
 // OpenBLAS's sgemm (which has no 16-bit GEMM) and rounded back.
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -16,14 +17,46 @@
 namespace gather_linear::cpu {
 namespace {
 
+// OpenBLAS is opened on first use, not linked: its pthread build starts a server thread per core
+// as it loads, and those threads held the engine's OpenMP regions up when they took every core.
+// On the GPU host's 16-core Xeon, row blocks at K = 1 took 11.6-11.8 ms in a process that linked
+// OpenBLAS and 0.01-0.02 ms in one that did not, or with OPENBLAS_NUM_THREADS=1
+// (docs/performance/cpu.md, "The GPU host's Xeon"). Only processes that run this comparator now
+// start them.
+struct OpenBlas {
+  decltype(&cblas_sgemm) sgemm = nullptr;
+  decltype(&cblas_dgemm) dgemm = nullptr;
+  std::string error;  // why it could not be loaded; empty once loaded
+};
+
+const OpenBlas& openblas() {
+  static const OpenBlas loaded = [] {
+    OpenBlas blas;
+    void* library = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);  // kept open for the process
+    if (library == nullptr) {
+      blas.error = dlerror();
+      library = dlopen(GATHER_LINEAR_OPENBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (library == nullptr) {
+      blas.error = "cannot load OpenBLAS: " + blas.error + "; " + dlerror();
+      return blas;
+    }
+    blas.sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(library, "cblas_sgemm"));
+    blas.dgemm = reinterpret_cast<decltype(&cblas_dgemm)>(dlsym(library, "cblas_dgemm"));
+    blas.error = blas.sgemm && blas.dgemm ? "" : "the OpenBLAS loaded lacks cblas_sgemm or cblas_dgemm";
+    return blas;
+  }();
+  return loaded;
+}
+
 template <class Acc>
 void gemm_abt(std::int64_t m, std::int64_t n, std::int64_t k, const Acc* a, std::int64_t lda, const Acc* b,
               std::int64_t ldb, Acc beta, Acc* c, std::int64_t ldc) {
   const auto i = [](std::int64_t v) { return static_cast<blasint>(v); };
   if constexpr (std::is_same_v<Acc, double>)
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), beta, c, i(ldc));
+    openblas().dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), beta, c, i(ldc));
   else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), beta, c, i(ldc));
+    openblas().sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), beta, c, i(ldc));
 }
 
 template <class In>
@@ -75,6 +108,7 @@ void run_unfused(const Problem& p) {
 }  // namespace
 
 std::string unfused_blas_why_not(const Problem& p) {
+  if (const std::string& error = openblas().error; !error.empty()) return error;
   constexpr std::int64_t blas_max = std::numeric_limits<blasint>::max();
   // The leading dimensions run_unfused passes (a single row's stride is never used).
   const std::int64_t ldw = p.K == 1 ? p.RH : p.weight_stride_k, ldc = p.B == 1 ? p.K : p.y_stride_b;
