@@ -30,7 +30,12 @@ struct Tiling {
   // 0.92-1.13x at R*H = 128, 1.06-1.45x at 64 and below), and with fewer than 3 rows of A the
   // 2 x 4 tile fits already (docs/performance/cpu.md, "Direct tiles that fit AVX2's registers").
   static constexpr int kDirectFittedWeightRows = GATHER_GEMM_VECTOR_BYTES == 32 ? 3 : 4;
-  static constexpr int kDirectFittedMinVectors = sizeof(Acc) == 8 ? 16 : 32;
+  static constexpr std::int64_t kDirectFittedMinReduction = std::int64_t{sizeof(Acc) == 8 ? 16 : 32} * kLanes;
+  // Whether tiles of `rows` rows of A (all B, or a row block's) against a reduction of RH take
+  // kDirectFittedWeightRows weight rows rather than 4.
+  static constexpr bool direct_tiles_fitted(std::int64_t rows, std::int64_t RH) {
+    return kDirectFittedWeightRows != 4 && rows >= 3 && RH >= kDirectFittedMinReduction;
+  }
   // With those tiles the direct path outruns packing on AVX2 in float32 beyond the small problems
   // too (given R*H >= kDirectReductionPerRow * B and a reduction long enough for them), while its
   // gathered rows of A, read again for each 3 weight rows, stay within this many bytes: 0.51-0.96x
@@ -548,6 +553,16 @@ std::int64_t direct_row_stride(std::int64_t RH) {
   return (RH + L - 1) / L * L;
 }
 
+// Rows b0 .. b0+rows of A gathered into buf, each padded with zeros to direct_row_stride.
+template <class In, class Acc>
+void gather_padded_rows(const Problem& p, std::int64_t b0, std::int64_t rows, Acc* __restrict buf) {
+  const std::int64_t lda = direct_row_stride<Acc>(p.RH);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    pack_gathered_rows_to_line<In, Acc>(p, b0 + i, buf + i * lda);
+    std::fill(buf + i * lda + p.RH, buf + (i + 1) * lda, Acc(0));
+  }
+}
+
 // On AVX-512 (and for float32 on AVX2) a weight row's last partial vector comes from masked
 // loads; elsewhere it is copied element by element into a zeroed vector.
 #if GATHER_GEMM_AVX512
@@ -787,10 +802,7 @@ constexpr std::int64_t kSingleRowTileMaxReduction = 256;
 template <class In, class Acc>
 void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
-  for (std::int64_t b = 0; b < p.B; ++b) {
-    pack_gathered_rows_to_line<In, Acc>(p, b, rows_buf + b * lda);
-    std::fill(rows_buf + b * lda + p.RH, rows_buf + (b + 1) * lda, Acc(0));
-  }
+  gather_padded_rows<In, Acc>(p, 0, p.B, rows_buf);
   if (p.weight_stride_c != 1) {
     // A transposed view in the backward: too small here to repay packing it.
     const In* bias = static_cast<const In*>(p.bias);
@@ -820,10 +832,7 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
     });
   };
   using T = Tiling<Acc>;
-  if constexpr (T::kDirectFittedWeightRows != 4) {
-    if (p.B >= 3 && p.RH >= T::kDirectFittedMinVectors * T::kLanes)
-      return tiles(std::integral_constant<int, T::kDirectFittedWeightRows>{});
-  }
+  if (T::direct_tiles_fitted(p.B, p.RH)) return tiles(std::integral_constant<int, T::kDirectFittedWeightRows>{});
   tiles(std::integral_constant<int, 4>{});
 }
 
@@ -836,10 +845,7 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
 template <class In, class Acc>
 void row_block(const Problem& p, std::int64_t b0, int rows, Acc* __restrict rows_buf) {
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
-  for (int i = 0; i < rows; ++i) {
-    pack_gathered_rows_to_line<In, Acc>(p, b0 + i, rows_buf + i * lda);
-    std::fill(rows_buf + i * lda + p.RH, rows_buf + (i + 1) * lda, Acc(0));
-  }
+  gather_padded_rows<In, Acc>(p, b0, rows, rows_buf);
   // Tiles of exactly as many weight rows as there are (up to 4): no lane is spent on a repeated row.
   const auto tiles = [&]<int KT>(std::integral_constant<int, KT>, std::int64_t k0) {
     int i = 0;
@@ -856,7 +862,7 @@ void row_block(const Problem& p, std::int64_t b0, int rows, Acc* __restrict rows
   std::int64_t k0 = 0;
   using T = Tiling<Acc>;
   constexpr int kFitted = T::kDirectFittedWeightRows;
-  if (kFitted != 4 && rows >= 3 && p.RH >= T::kDirectFittedMinVectors * T::kLanes)
+  if (T::direct_tiles_fitted(rows, p.RH))
     for (; k0 + kFitted <= p.K; k0 += kFitted) tiles(std::integral_constant<int, kFitted>{}, k0);
   for (; k0 + 4 <= p.K; k0 += 4) tiles(std::integral_constant<int, 4>{}, k0);
   switch (p.K - k0) {
@@ -894,7 +900,7 @@ template <class In>
 Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
   return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow, T::kDirectWideRowsBytes,
-           std::int64_t{T::kDirectFittedMinVectors} * T::kLanes, T::kFlopWeight},
+           T::kDirectFittedMinReduction, T::kFlopWeight},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
