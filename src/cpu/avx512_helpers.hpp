@@ -144,7 +144,8 @@ inline __m256i round16_from_float(__m512 v) {
 }
 
 // y[j] = T(c[j] + bias[j]) for j < n (no bias where it is null), rounded as to_half or
-// to_bfloat16 round: 16 at a time, the rest one by one.
+// to_bfloat16 round: 16 at a time, the rest as one more vector stored under a mask (rounded one
+// by one through core/numeric.hpp, the rest had cost more than a narrow float16 row's products).
 template <class T>
 inline void round_row_from_float(const float* c, const T* bias, T* y, int n) {
   int j = 0;
@@ -153,7 +154,13 @@ inline void round_row_from_float(const float* c, const T* bias, T* y, int n) {
     if (bias != nullptr) sum = _mm512_add_ps(sum, load16_as_float(bias + j));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j), round16_from_float<T>(sum));
   }
-  for (; j < n; ++j) y[j] = store_as<T>(c[j] + (bias != nullptr ? load_as<float>(bias[j]) : 0.f));
+  if (j < n) {  // AVX512F's narrowing store takes a mask, its 16-bit stores do not
+    const int rest = n - j;
+    __m512 sum = load_first_as_float(c + j, rest);
+    if (bias != nullptr) sum = _mm512_add_ps(sum, load_first_as_float(bias + j, rest));
+    _mm512_mask_cvtepi32_storeu_epi16(y + j, static_cast<__mmask16>((1u << rest) - 1),
+                                      _mm512_cvtepu16_epi32(round16_from_float<T>(sum)));
+  }
 }
 #pragma GCC diagnostic pop
 #pragma GCC pop_options

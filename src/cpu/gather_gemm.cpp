@@ -1,8 +1,9 @@
 // Fused CPU forward: a cache-blocked SIMD GEMM whose packing routine gathers A's rows straight
 // from x (see gather_gemm_engine.inl), parallelised with OpenMP over row blocks x column groups.
-// The engine is compiled for AVX-512, AVX2+FMA+F16C and plain SSE2 inside one translation unit with
-// `#pragma GCC target`, so that only the engine itself (not inline library code shared with
-// other translation units) uses the wider instructions; the best supported one runs.
+// The engine is compiled for AVX-512 (with FMA and F16C), AVX2+FMA+F16C and plain SSE2 inside one
+// translation unit with `#pragma GCC target`, so that only the engine itself (not inline library
+// code shared with other translation units) uses the wider instructions; the best supported one
+// runs.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -48,7 +49,7 @@ struct Engine {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define GATHER_GEMM_HAS_X86_VARIANTS 1
 #pragma GCC push_options
-#pragma GCC target("avx512f,fma")
+#pragma GCC target("avx512f,fma,f16c")
 namespace avx512 {
 #define GATHER_GEMM_VECTOR_BYTES 64
 #define GATHER_GEMM_MR 12
@@ -219,7 +220,8 @@ bool simd_level_supported(SimdLevel level) {
     case SimdLevel::best:
     case SimdLevel::portable: return true;
 #ifdef GATHER_GEMM_HAS_X86_VARIANTS
-    case SimdLevel::avx512: return __builtin_cpu_supports("avx512f");
+    case SimdLevel::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case SimdLevel::avx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif

@@ -110,19 +110,6 @@ inline __m128i round8_from_float(__m256 v) {
   }
 }
 
-// y[j] = T(c[j] + bias[j]) for j < n (no bias where it is null), rounded as to_half or
-// to_bfloat16 round: 8 at a time, the rest one by one.
-template <class T>
-inline void round_row8_from_float(const float* c, const T* bias, T* y, int n) {
-  int j = 0;
-  for (; j + 8 <= n; j += 8) {
-    __m256 sum = _mm256_loadu_ps(c + j);
-    if (bias != nullptr) sum = _mm256_add_ps(sum, load8_as_float(bias + j));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + j), round8_from_float<T>(sum));
-  }
-  for (; j < n; ++j) y[j] = store_as<T>(c[j] + (bias != nullptr ? load_as<float>(bias[j]) : 0.f));
-}
-
 // out[u * out_stride + i] = rows[i][u] for 8 rows of 8 floats: two rounds of interleaving within
 // 128-bit lanes, then one of lane swaps.
 inline void transpose_8x8_ps(const __m256 (&rows)[8], float* out, std::int64_t out_stride) {
@@ -154,6 +141,48 @@ inline void transpose_4x4_pd(const __m256d (&rows)[4], double* out, std::int64_t
 }
 #else
 #define GATHER_GEMM_AVX2 0
+#endif
+
+// One element converted, for what vectors leave over in packing and epilogues: float16 through
+// F16C's scalar instructions on AVX-512 and AVX2 (core/numeric.hpp's portable to_float and
+// to_half, branches and all, had made such remainders most of a narrow float16 call), and a
+// float32 result rounded straight to its 16-bit type (store_as takes a double, rounded to odd
+// first, which a float leaves as it is).
+template <class Acc, class In>
+inline Acc widen_one(In v) {
+#if GATHER_GEMM_AVX512 || GATHER_GEMM_AVX2
+  if constexpr (std::is_same_v<In, Half>) return static_cast<Acc>(_cvtsh_ss(v.bits));
+#endif
+  return load_as<Acc>(v);
+}
+
+template <class Out, class Acc>
+inline Out round_one(Acc v) {
+  if constexpr (std::is_same_v<Acc, float> && std::is_same_v<Out, Half>) {
+#if GATHER_GEMM_AVX512 || GATHER_GEMM_AVX2
+    if (v == v) return {static_cast<std::uint16_t>(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT))};
+#endif
+    return to_half(v);  // and a NaN the quiet NaN of its sign, as the vector roundings make it
+  } else if constexpr (std::is_same_v<Acc, float> && std::is_same_v<Out, BFloat16>) {
+    return to_bfloat16(v);
+  } else {
+    return store_as<Out>(v);
+  }
+}
+
+#if GATHER_GEMM_AVX2
+// y[j] = T(c[j] + bias[j]) for j < n (no bias where it is null), rounded as to_half or
+// to_bfloat16 round: 8 at a time, the rest one by one.
+template <class T>
+inline void round_row8_from_float(const float* c, const T* bias, T* y, int n) {
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 sum = _mm256_loadu_ps(c + j);
+    if (bias != nullptr) sum = _mm256_add_ps(sum, load8_as_float(bias + j));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + j), round8_from_float<T>(sum));
+  }
+  for (; j < n; ++j) y[j] = round_one<T>(c[j] + (bias != nullptr ? widen_one<float>(bias[j]) : 0.f));
+}
 #endif
 
 // c (MR x NR, row stride ldc) = (accumulate ? c : 0) + the MR-tall panel a times the NR-wide
@@ -280,7 +309,7 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
           continue;
         }
 #endif
-      for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(src[j]);
+      for (int j = 0; j < valid; ++j) dst[j] = widen_one<Acc>(src[j]);
       for (int j = valid; j < NR; ++j) dst[j] = Acc(0);
     }
     return;
@@ -288,9 +317,9 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
   for (; c < p.RH; ++c) {
     Acc* dst = out + c * NR;
     if (stride_c == 1)
-      for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(rows[j][c]);
+      for (int j = 0; j < valid; ++j) dst[j] = widen_one<Acc>(rows[j][c]);
     else
-      for (int j = 0; j < valid; ++j) dst[j] = load_as<Acc>(rows[j][c * stride_c]);
+      for (int j = 0; j < valid; ++j) dst[j] = widen_one<Acc>(rows[j][c * stride_c]);
     for (int j = valid; j < NR; ++j) dst[j] = Acc(0);
   }
 }
@@ -314,7 +343,7 @@ void widen_run(const In* src, std::int64_t n, Acc* __restrict out) {
   if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>)
     for (; h + 8 <= n; h += 8) _mm256_storeu_ps(out + h, load8_as_float(src + h));
 #endif
-  for (; h < n; ++h) out[h] = load_as<Acc>(src[h]);
+  for (; h < n; ++h) out[h] = widen_one<Acc>(src[h]);
 }
 
 // Row b of A, all RH columns, contiguous (for the direct path and row blocks): one run where x's
@@ -330,7 +359,7 @@ void pack_gathered_rows_to_line(const Problem& p, std::int64_t b, Acc* __restric
     if (p.x_stride_h == 1)
       widen_run(x + r * p.x_stride_r, p.H, out + r * p.H);
     else
-      for (std::int64_t h = 0; h < p.H; ++h) out[r * p.H + h] = load_as<Acc>(x[r * p.x_stride_r + h * p.x_stride_h]);
+      for (std::int64_t h = 0; h < p.H; ++h) out[r * p.H + h] = widen_one<Acc>(x[r * p.x_stride_r + h * p.x_stride_h]);
   }
 }
 
@@ -359,7 +388,7 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
           }
           for (; t < run; ++t)
             for (int i = 0; i < MR; ++i)
-              panel[(kk + t) * MR + i] = i < rows ? load_as<Acc>(src[i * p.x_stride_b + t]) : Acc(0);
+              panel[(kk + t) * MR + i] = i < rows ? widen_one<Acc>(src[i * p.x_stride_b + t]) : Acc(0);
           kk += run;
         }
       }
@@ -390,7 +419,7 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
           if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>)
             for (; i + 8 <= mc; i += 8) _mm256_store_ps(widened + i, load8_as_float(step + i));
 #endif
-          for (; i < mc; ++i) widened[i] = load_as<Acc>(step[i]);
+          for (; i < mc; ++i) widened[i] = widen_one<Acc>(step[i]);
           line = widened;
         }
         Acc* dst = out + (kk + t) * MR;
@@ -425,9 +454,9 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
             for (int u = 0; u < 8; ++u) dst[(kk + t + u) * MR] = widened[u];
           }
 #endif
-        for (; t < run; ++t) dst[(kk + t) * MR] = load_as<Acc>(src[t]);
+        for (; t < run; ++t) dst[(kk + t) * MR] = widen_one<Acc>(src[t]);
       } else
-        for (int t = 0; t < run; ++t) dst[(kk + t) * MR] = load_as<Acc>(src[t * p.x_stride_h]);
+        for (int t = 0; t < run; ++t) dst[(kk + t) * MR] = widen_one<Acc>(src[t * p.x_stride_h]);
       kk += run;
     }
   }
@@ -457,7 +486,7 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   for (int i = 0; i < mc; ++i) {
     In* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
     const Acc* c_row = c_buf + i * nc_padded;
-    const auto sum = [&](int j) { return store_as<In>(c_row[j] + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0))); };
+    const auto sum = [&](int j) { return round_one<In>(c_row[j] + (bias ? widen_one<Acc>(bias[k0 + j]) : Acc(0))); };
 #if GATHER_GEMM_AVX512
     if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>)
       if (p.y_stride_k == 1) {  // the compiler does not vectorize the rounding to 16 bits
@@ -495,7 +524,7 @@ inline Vec load_vector(const In* src) {
     std::memcpy(&v, &widened, sizeof(Vec));
 #endif
   } else {
-    for (int i = 0; i < L; ++i) v[i] = load_as<Acc>(src[i]);
+    for (int i = 0; i < L; ++i) v[i] = widen_one<Acc>(src[i]);
   }
   return v;
 }
@@ -618,7 +647,7 @@ Vec weight_tail_vector(const In* src, int tail) {
   }
 #endif
   Acc padded[Tiling<Acc>::kLanes] = {};
-  for (int t = 0; t < tail; ++t) padded[t] = load_as<Acc>(src[t]);
+  for (int t = 0; t < tail; ++t) padded[t] = widen_one<Acc>(src[t]);
   std::memcpy(&v, padded, sizeof(Vec));
   return v;
 }
@@ -707,11 +736,11 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   if constexpr (std::is_same_v<Acc, float> && KT == 4)
     if (kt == KT && summed == p.RH && p.y_stride_k == 1) {
       // A row's 4 outputs at once (one at a time, this epilogue had taken a fifth of a seed-sized
-      // float32 call): the sums of row i are sums[4i .. 4i+3]; 16-bit outputs rounded one by one.
+      // float32 call): the sums of row i are sums[4i .. 4i+3]; 16-bit outputs rounded as a vector.
       typedef float Quad __attribute__((vector_size(16)));
       Quad bias4 = {};
       if (bias != nullptr)
-        for (int j = 0; j < KT; ++j) bias4[j] = load_as<float>(bias[k0 + j]);
+        for (int j = 0; j < KT; ++j) bias4[j] = widen_one<float>(bias[k0 + j]);
       for (int i = 0; i < BT; ++i) {
         Quad row;
         std::memcpy(&row, sums + i * KT, sizeof(Quad));
@@ -726,7 +755,7 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
 #elif GATHER_GEMM_AVX2
           _mm_storel_epi64(reinterpret_cast<__m128i*>(out), round8_from_float<In>(_mm256_zextps128_ps256(row)));
 #else
-          for (int j = 0; j < KT; ++j) out[j] = store_as<In>(row[j]);
+          for (int j = 0; j < KT; ++j) out[j] = round_one<In>(row[j]);
 #endif
         }
       }
@@ -735,9 +764,9 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
   for (int i = 0; i < BT; ++i)
     for (int j = 0; j < kt; ++j) {
       Acc sum = sums[i * KT + j];
-      for (std::int64_t t = summed; t < p.RH; ++t) sum += a[i][t] * load_as<Acc>(w[j][t]);
+      for (std::int64_t t = summed; t < p.RH; ++t) sum += a[i][t] * widen_one<Acc>(w[j][t]);
       y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] =
-          store_as<In>(sum + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0)));
+          round_one<In>(sum + (bias ? widen_one<Acc>(bias[k0 + j]) : Acc(0)));
     }
 }
 
@@ -781,8 +810,8 @@ void single_row_tile(const Problem& p, const Acc* row, std::int64_t k0, int kt) 
     }
   for (int j = 0; j < kt; ++j) {
     Acc sum = sums[j];
-    for (std::int64_t t = summed; t < p.RH; ++t) sum += row[t] * load_as<Acc>(w[j][t]);
-    y[(k0 + j) * p.y_stride_k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k0 + j]) : Acc(0)));
+    for (std::int64_t t = summed; t < p.RH; ++t) sum += row[t] * widen_one<Acc>(w[j][t]);
+    y[(k0 + j) * p.y_stride_k] = round_one<In>(sum + (bias ? widen_one<Acc>(bias[k0 + j]) : Acc(0)));
   }
 }
 
@@ -811,8 +840,8 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
       for (std::int64_t k = 0; k < p.K; ++k) {
         const In* w = static_cast<const In*>(p.weight) + k * p.weight_stride_k;
         Acc sum = 0;
-        for (std::int64_t c = 0; c < p.RH; ++c) sum += rows_buf[b * lda + c] * load_as<Acc>(w[c * p.weight_stride_c]);
-        y[b * p.y_stride_b + k * p.y_stride_k] = store_as<In>(sum + (bias ? load_as<Acc>(bias[k]) : Acc(0)));
+        for (std::int64_t c = 0; c < p.RH; ++c) sum += rows_buf[b * lda + c] * widen_one<Acc>(w[c * p.weight_stride_c]);
+        y[b * p.y_stride_b + k * p.y_stride_k] = round_one<In>(sum + (bias ? widen_one<Acc>(bias[k]) : Acc(0)));
       }
     return;
   }
