@@ -32,6 +32,8 @@ struct EngineTiling {
   std::int64_t direct_reduction_per_row;  // automatic_path's
   std::int64_t direct_wide_rows_bytes;    // automatic_path's
   std::int64_t direct_wide_min_reduction; // automatic_path's
+  std::int64_t direct_16bit_max_rows;     // automatic_path's
+  std::int64_t direct_16bit_reduction_per_row;  // automatic_path's
   double flop_weight;                     // Tiling's kFlopWeight: the thread rules'
 };
 
@@ -105,7 +107,8 @@ std::int64_t direct_row_stride_bound(std::int64_t RH) { return RH + 16; }
 // direct one's time on an Emerald Rapids VM, at B = 24 to 48 1.15-1.57x (docs/performance/cpu.md,
 // "Small problems of many rows"). On AVX2, float32 problems of long reductions take it at any size
 // while their gathered rows fit the engine's direct_wide_rows_bytes (Tiling's kDirectWideRowsBytes
-// says why).
+// says why), and 16-bit problems of up to the engine's direct_16bit_max_rows rows given a
+// reduction of direct_16bit_reduction_per_row elements a row (Tiling's kDirect16BitMaxRows).
 constexpr double kDirectFlops = 4e6;
 constexpr std::int64_t kDirectFlopsMaxRows = 64;
 constexpr std::int64_t kDirectRows = 16;
@@ -141,7 +144,9 @@ GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
   const bool small = (p.flops() <= kDirectFlops && p.B <= kDirectFlopsMaxRows) ||
                      (p.B <= kDirectRows && rows_bytes <= kDirectRowsBytes) ||
                      (dtype_size(p.dtype) == sizeof(Acc) && rows_bytes <= tiling.direct_wide_rows_bytes &&
-                      p.RH >= tiling.direct_wide_min_reduction);
+                      p.RH >= tiling.direct_wide_min_reduction) ||
+                     (dtype_size(p.dtype) == 2 && p.B <= tiling.direct_16bit_max_rows &&
+                      p.RH >= tiling.direct_16bit_reduction_per_row * p.B);
   const bool reduction_pays = p.RH >= tiling.direct_reduction_per_row * p.B || p.B * p.K <= kDirectAnyReductionOutputs;
   return small && reduction_pays ? GemmPath::direct : GemmPath::packed;
 }

@@ -45,6 +45,15 @@ struct Tiling {
   // tiles that fit AVX2's registers").
   static constexpr std::int64_t kDirectWideRowsBytes =
       GATHER_GEMM_VECTOR_BYTES == 32 && sizeof(Acc) == 4 ? std::int64_t{2} << 20 : 0;
+  // 16-bit inputs on AVX2 take the direct path for batches of up to kDirect16BitMaxRows rows too
+  // (beyond gather_gemm.cpp's kDirectRows) where the reduction is kDirect16BitReductionPerRow
+  // elements a row or longer: packing widens the whole weight to float32 for those few rows to
+  // reuse, and the direct path reads it in 16 bits. At B = 17 to 32 with R*H >= 32B the direct path
+  // took 0.67-1.02x the packed path's time in float16 and bfloat16; at B = 48 0.84-1.32x, and at
+  // R*H = 256 to 512 (below 32B) 0.84-1.17x (docs/performance/cpu.md, "float16 remainders through
+  // F16C, and 16-bit batches of 17 to 32 rows on AVX2"). 0 where not measured.
+  static constexpr std::int64_t kDirect16BitMaxRows = GATHER_GEMM_VECTOR_BYTES == 32 && sizeof(Acc) == 4 ? 32 : 0;
+  static constexpr std::int64_t kDirect16BitReductionPerRow = 32;
   // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
   // thresholds count flops in those.
   static constexpr double kFlopWeight = 16.0 / kLanes;
@@ -929,7 +938,7 @@ template <class In>
 Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
   return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow, T::kDirectWideRowsBytes,
-           T::kDirectFittedMinReduction, T::kFlopWeight},
+           T::kDirectFittedMinReduction, T::kDirect16BitMaxRows, T::kDirect16BitReductionPerRow, T::kFlopWeight},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
