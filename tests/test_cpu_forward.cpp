@@ -157,33 +157,37 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
 }
 
 // y = x * W^T + bias in a 16-bit type T, with x = (1, 0, ..., 0) over H columns and W[k, 0],
-// bias[k] taken from `cases` (bits, repeated over K = 44 outputs: vectors of 8 or 16 and a scalar
-// tail), so that y = w + bias in float32, rounded once. Every output's bits must be those of
-// to_half or to_bfloat16 of that sum.
+// bias[k] taken from `cases` (bits, repeated over K = 44 outputs: vectors of 8 or 16 and a
+// remainder of 4 or 12), so that y = w + bias in float32, rounded once. Every output's bits must be
+// those of to_half or to_bfloat16 of that sum. The cases start at each of their positions in turn,
+// so that each lands in every output position: in the vectors and in the remainder.
 template <class T, std::size_t N, class Run>
 void expect_rounded_once(const std::uint16_t (&cases)[N][2], std::int64_t H, Run run) {
   constexpr bool half = std::is_same_v<T, Half>;
   constexpr DType dtype = half ? DType::float16 : DType::bfloat16;
   constexpr std::int64_t K = 44;
-  std::vector<T> x(static_cast<std::size_t>(H), T{0}), w(static_cast<std::size_t>(K * H), T{0}), bias(K),
-      y(K, T{0xffff});
-  x[0] = T{half ? std::uint16_t{0x3c00} : std::uint16_t{0x3f80}};
-  for (std::int64_t k = 0; k < K; ++k) {
-    w[static_cast<std::size_t>(k * H)] = T{cases[k % N][0]};
-    bias[static_cast<std::size_t>(k)] = T{cases[k % N][1]};
-  }
-  const Device cpu{};
-  run(validate_forward_args(TensorView::contiguous(x.data(), dtype, cpu, {1, 1, H}),
-                            TensorView::contiguous(w.data(), dtype, cpu, {K, H}),
-                            TensorView::contiguous(bias.data(), dtype, cpu, {K}),
-                            TensorView::contiguous(y.data(), dtype, cpu, {1, K})));
-  for (std::int64_t k = 0; k < K; ++k) {
-    const auto i = static_cast<std::size_t>(k);
-    const float sum = to_float(w[i * static_cast<std::size_t>(H)]) + to_float(bias[i]);
-    if constexpr (half)
-      EXPECT_EQ(y[i].bits, to_half(sum).bits) << "output " << k;
-    else
-      EXPECT_EQ(y[i].bits, to_bfloat16(sum).bits) << "output " << k;
+  for (std::size_t shift = 0; shift < N; ++shift) {
+    std::vector<T> x(static_cast<std::size_t>(H), T{0}), w(static_cast<std::size_t>(K * H), T{0}), bias(K),
+        y(K, T{0xffff});
+    x[0] = T{half ? std::uint16_t{0x3c00} : std::uint16_t{0x3f80}};
+    for (std::int64_t k = 0; k < K; ++k) {
+      const std::size_t c = (static_cast<std::size_t>(k) + shift) % N;
+      w[static_cast<std::size_t>(k * H)] = T{cases[c][0]};
+      bias[static_cast<std::size_t>(k)] = T{cases[c][1]};
+    }
+    const Device cpu{};
+    run(validate_forward_args(TensorView::contiguous(x.data(), dtype, cpu, {1, 1, H}),
+                              TensorView::contiguous(w.data(), dtype, cpu, {K, H}),
+                              TensorView::contiguous(bias.data(), dtype, cpu, {K}),
+                              TensorView::contiguous(y.data(), dtype, cpu, {1, K})));
+    for (std::int64_t k = 0; k < K; ++k) {
+      const auto i = static_cast<std::size_t>(k);
+      const float sum = to_float(w[i * static_cast<std::size_t>(H)]) + to_float(bias[i]);
+      if constexpr (half)
+        EXPECT_EQ(y[i].bits, to_half(sum).bits) << "output " << k << ", cases shifted by " << shift;
+      else
+        EXPECT_EQ(y[i].bits, to_bfloat16(sum).bits) << "output " << k << ", cases shifted by " << shift;
+    }
   }
 }
 
