@@ -32,8 +32,9 @@ struct EngineTiling {
   std::int64_t direct_reduction_per_row;  // automatic_path's
   std::int64_t direct_wide_rows_bytes;    // automatic_path's
   std::int64_t direct_wide_min_reduction; // automatic_path's
-  std::int64_t direct_16bit_max_rows;     // automatic_path's
-  std::int64_t direct_16bit_reduction_per_row;  // automatic_path's
+  std::int64_t direct_batch_max_rows;           // automatic_path's
+  std::int64_t direct_batch_min_reduction;      // automatic_path's
+  std::int64_t direct_batch_reduction_per_row;  // automatic_path's
   double flop_weight;                     // Tiling's kFlopWeight: the thread rules'
 };
 
@@ -107,8 +108,8 @@ std::int64_t direct_row_stride_bound(std::int64_t RH) { return RH + 16; }
 // direct one's time on an Emerald Rapids VM, at B = 24 to 48 1.15-1.57x (docs/performance/cpu.md,
 // "Small problems of many rows"). On AVX2, float32 problems of long reductions take it at any size
 // while their gathered rows fit the engine's direct_wide_rows_bytes (Tiling's kDirectWideRowsBytes
-// says why), and 16-bit problems of up to the engine's direct_16bit_max_rows rows given a
-// reduction of direct_16bit_reduction_per_row elements a row (Tiling's kDirect16BitMaxRows).
+// says why), and batches of up to the engine's direct_batch_max_rows rows given a long enough
+// reduction (Tiling's kDirectBatchMaxRows).
 constexpr double kDirectFlops = 4e6;
 constexpr std::int64_t kDirectFlopsMaxRows = 64;
 constexpr std::int64_t kDirectRows = 16;
@@ -145,8 +146,8 @@ GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
                      (p.B <= kDirectRows && rows_bytes <= kDirectRowsBytes) ||
                      (dtype_size(p.dtype) == sizeof(Acc) && rows_bytes <= tiling.direct_wide_rows_bytes &&
                       p.RH >= tiling.direct_wide_min_reduction) ||
-                     (dtype_size(p.dtype) == 2 && p.B <= tiling.direct_16bit_max_rows &&
-                      p.RH >= tiling.direct_16bit_reduction_per_row * p.B);
+                     (p.B <= tiling.direct_batch_max_rows && rows_bytes <= kDirectRowsBytes &&
+                      p.RH >= tiling.direct_batch_min_reduction && p.RH >= tiling.direct_batch_reduction_per_row * p.B);
   const bool reduction_pays = p.RH >= tiling.direct_reduction_per_row * p.B || p.B * p.K <= kDirectAnyReductionOutputs;
   return small && reduction_pays ? GemmPath::direct : GemmPath::packed;
 }

@@ -45,15 +45,19 @@ struct Tiling {
   // tiles that fit AVX2's registers").
   static constexpr std::int64_t kDirectWideRowsBytes =
       GATHER_GEMM_VECTOR_BYTES == 32 && sizeof(Acc) == 4 ? std::int64_t{2} << 20 : 0;
-  // 16-bit inputs on AVX2 take the direct path for batches of up to kDirect16BitMaxRows rows too
-  // (beyond gather_gemm.cpp's kDirectRows) where the reduction is kDirect16BitReductionPerRow
-  // elements a row or longer: packing widens the whole weight to float32 for those few rows to
-  // reuse, and the direct path reads it in 16 bits. At B = 17 to 32 with R*H >= 32B the direct path
-  // took 0.67-1.02x the packed path's time in float16 and bfloat16; at B = 48 0.84-1.32x, and at
-  // R*H = 256 to 512 (below 32B) 0.84-1.17x (docs/performance/cpu.md, "float16 remainders through
-  // F16C, and 16-bit batches of 17 to 32 rows on AVX2"). 0 where not measured.
-  static constexpr std::int64_t kDirect16BitMaxRows = GATHER_GEMM_VECTOR_BYTES == 32 && sizeof(Acc) == 4 ? 32 : 0;
-  static constexpr std::int64_t kDirect16BitReductionPerRow = 32;
+  // Batches of up to kDirectBatchMaxRows rows (beyond gather_gemm.cpp's kDirectRows) take the
+  // direct path too where the reduction is at least kDirectBatchMinReduction elements and
+  // kDirectBatchReductionPerRow a row: packing widens and copies the whole weight for those few
+  // rows to reuse, the direct path reads it in place. Direct time over packed at B = 17 to 32:
+  // on AVX2 (2-core EPYC of family 23), 16-bit inputs with R*H >= 32B 0.67-1.02x (B = 48:
+  // 0.84-1.32x; R*H = 256 to 512, below 32B: 0.84-1.17x), float32 there on the wide rule above; on
+  // AVX-512 (the GPU host's 16-core Xeon) float32 and float16 with R*H >= 256 0.27-0.80x (B = 48
+  // to 64: 0.44-0.90x, B = 96 0.63-2.01x; docs/performance/cpu.md, "float16 remainders through
+  // F16C, and batches of 17 to 32 rows on the direct path"; a 2-core Zen 4 had put float32 at
+  // 0.66-1.13x at B = 32, "Short batches"). Not float64: not measured.
+  static constexpr std::int64_t kDirectBatchMaxRows = sizeof(Acc) == 4 && GATHER_GEMM_VECTOR_BYTES >= 32 ? 32 : 0;
+  static constexpr std::int64_t kDirectBatchMinReduction = GATHER_GEMM_VECTOR_BYTES == 64 ? 256 : 0;
+  static constexpr std::int64_t kDirectBatchReductionPerRow = GATHER_GEMM_VECTOR_BYTES == 64 ? 2 : 32;
   // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
   // thresholds count flops in those.
   static constexpr double kFlopWeight = 16.0 / kLanes;
@@ -938,7 +942,8 @@ template <class In>
 Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
   return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow, T::kDirectWideRowsBytes,
-           T::kDirectFittedMinReduction, T::kDirect16BitMaxRows, T::kDirect16BitReductionPerRow, T::kFlopWeight},
+           T::kDirectFittedMinReduction, T::kDirectBatchMaxRows, T::kDirectBatchMinReduction,
+           T::kDirectBatchReductionPerRow, T::kFlopWeight},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
