@@ -110,6 +110,10 @@ std::int64_t direct_row_stride_bound(std::int64_t RH) { return RH + 16; }
 // while their gathered rows fit the engine's direct_wide_rows_bytes (Tiling's kDirectWideRowsBytes
 // says why), and batches of up to the engine's direct_batch_max_rows rows given a long enough
 // reduction (Tiling's kDirectBatchMaxRows).
+// The batch rule's gathered rows stay within the bytes where AVX2's float32 direct path was
+// measured to win (kDirectWideRowsBytes; 1.5-2.3x the packed path's time from 6 MB): its cells
+// had at most 0.4 MB, and float32 on AVX2 keeps exactly the wide rule's reach.
+constexpr std::int64_t kDirectBatchRowsBytes = std::int64_t{2} << 20;
 constexpr double kDirectFlops = 4e6;
 constexpr std::int64_t kDirectFlopsMaxRows = 64;
 constexpr std::int64_t kDirectRows = 16;
@@ -146,7 +150,7 @@ GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
                      (p.B <= kDirectRows && rows_bytes <= kDirectRowsBytes) ||
                      (dtype_size(p.dtype) == sizeof(Acc) && rows_bytes <= tiling.direct_wide_rows_bytes &&
                       p.RH >= tiling.direct_wide_min_reduction) ||
-                     (p.B <= tiling.direct_batch_max_rows && rows_bytes <= kDirectRowsBytes &&
+                     (p.B <= tiling.direct_batch_max_rows && rows_bytes <= kDirectBatchRowsBytes &&
                       p.RH >= tiling.direct_batch_min_reduction && p.RH >= tiling.direct_batch_reduction_per_row * p.B);
   const bool reduction_pays = p.RH >= tiling.direct_reduction_per_row * p.B || p.B * p.K <= kDirectAnyReductionOutputs;
   return small && reduction_pays ? GemmPath::direct : GemmPath::packed;
