@@ -7,8 +7,11 @@ problem is checked against the exact result (eager in float64) first, then both 
 wall clock in turn (runs of about 30 ms, at most 2000 calls; seven rounds, median), under
 torch.no_grad. A problem
 follows from the seed and its index alone, so two builds can be compared on the same problems.
+--problem times the named problems instead (dtype f32, f64, f16 or bf16; layout contiguous or
+head-major), e.g. a class the sweep found slow, measured the same way.
 
     python3 bench/cpu_shape_sweep.py [out.csv] [--seed 2] [--problems 300]
+    python3 bench/cpu_shape_sweep.py out.csv --problem 1,1055,1,419,bf16,head-major [--problem ...]
 """
 
 import argparse
@@ -39,6 +42,18 @@ def problem(seed, index):
             return R, B, H, K, draw.choice(DTYPES), draw.random() < 0.4
 
 
+DTYPE_NAMES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def named_problem(spec):
+    """(R, B, H, K, dtype, head_major) from "R,B,H,K,dtype[,contiguous|head-major]"."""
+    fields = spec.split(",")
+    if len(fields) not in (5, 6) or fields[4] not in DTYPE_NAMES or fields[5:] not in ([], ["contiguous"], ["head-major"]):
+        raise argparse.ArgumentTypeError(f"expected R,B,H,K,f32|f64|f16|bf16[,contiguous|head-major], got {spec!r}")
+    R, B, H, K = (int(f) for f in fields[:4])
+    return R, B, H, K, DTYPE_NAMES[fields[4]], fields[5:] == ["head-major"]
+
+
 def input_set(R, B, H, K, dtype, head_major):
     x = torch.rand(B, R, H, dtype=dtype).transpose(0, 1) if head_major else torch.rand(R, B, H, dtype=dtype)
     return x - 0.5, torch.rand(K, R * H, dtype=dtype) - 0.5, torch.rand(K, dtype=dtype) - 0.5
@@ -50,11 +65,13 @@ def main():
     parser.add_argument("--seed", type=int, default=2)
     parser.add_argument("--problems", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--problem", type=named_problem, action="append", default=[],
+                        help="R,B,H,K,dtype[,layout]: time this problem (repeatable) instead of random ones")
     args = parser.parse_args()
+    problems = args.problem or [problem(args.seed, index) for index in range(args.problems)]
     rows = []
     with torch.no_grad():
-        for index in range(args.problems):
-            R, B, H, K, dtype, head_major = problem(args.seed, index)
+        for index, (R, B, H, K, dtype, head_major) in enumerate(problems):
             sets = [input_set(R, B, H, K, dtype, head_major) for _ in range(2)]
             reference = eager_forward(*[t.double() for t in sets[0]])
             error = ((gather_linear.forward(*sets[0]).double() - reference).abs().max() /
