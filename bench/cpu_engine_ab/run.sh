@@ -1,14 +1,16 @@
 #!/bin/bash
-# Compares the CPU engine (src/cpu/gather_gemm.cpp and what it includes) at a git revision with
-# the working tree's, both in one process, alternating call by call (timing.cpp says why). The
-# engine alone: no dispatcher, no validation; x contiguous, with a bias.
+# Compares the CPU engine (src/cpu/gather_gemm.cpp and what it includes), or with KERNEL=amx or dot
+# the bfloat16 kernels (src/cpu/bf16_gemm.cpp), at a git revision with the working tree's, both in
+# one process, alternating call by call (timing.cpp says why). The kernel alone: no dispatcher, no
+# validation; x contiguous, with a bias.
 #   bench/cpu_engine_ab/run.sh BASE_REV R,B,H,K[,f32|f64|f16|bf16] ...     env: PAIRS (40), OMP_NUM_THREADS,
-#   MODE (forward; grad_x or grad_weight: the backward's problem for that gradient, x head-major)
+#   MODE (forward; grad_x or grad_weight: the backward's problem for that gradient, x head-major),
+#   KERNEL (engine; amx or dot: bfloat16's kernels)
 # One CSV row a shape: R,B,H,K,dtype,pairs,base_us,working_us,ratio_q25,ratio_median,ratio_q75,
 # outputs (ratio: the working tree's time over the base's in each pair; "same" where both wrote the
 # same bits). A revision against an unchanged tree measures the noise.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,10p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
 base=$1
 shift
 root=$(git rev-parse --show-toplevel)
@@ -24,7 +26,7 @@ for side in a b; do
   # Each copy in its own namespace, so that both link into one program.
   copy=(-I"$work/$side/include" -I"$work/$side/src" -Dgather_linear=gather_linear_engine_$side
         -DENGINE_ENTRY=engine_${side}_run)
-  for unit in "$work/$side/src/cpu/gather_gemm.cpp" "$work/$side/src/core/error.cpp" \
+  for unit in "$work/$side/src/cpu/gather_gemm.cpp" "$work/$side/src/cpu/bf16_gemm.cpp" "$work/$side/src/core/error.cpp" \
               "$root/bench/cpu_engine_ab/engine_copy.cpp"; do
     objects+=("$work/$side-$(basename "$unit" .cpp).o")
     c++ "${flags[@]}" "${copy[@]}" -c "$unit" -o "${objects[-1]}"

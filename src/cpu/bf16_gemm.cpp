@@ -714,9 +714,17 @@ void amx_direct(const Problem& p) {
         amx_direct_block<1>(w, two, main_depth, depth, chunk_panels, panel_elements, c);
       else
         amx_direct_block<2>(w, two, main_depth, depth, chunk_panels, panel_elements, c);
-      alignas(64) float by_rows[kBlock * kBlock];  // c transposed: rows of y
-      for (int i = 0; i < chunk_rows; ++i)
-        for (int j = 0; j < outputs; ++j) by_rows[i * kBlock + j] = c[j * kBlock + i];
+      // c transposed into rows of y, 16 x 16 words at a time for each tile stored (one element at
+      // a time, this was most of the time outside the tile multiplies at short reductions).
+      alignas(64) float by_rows[kBlock * kBlock];
+      for (int t = 0; t < (two ? 2 : 1); ++t)
+        for (int u = 0; u < (chunk_rows > kTile ? 2 : 1); ++u) {
+          const std::uint32_t* tile_rows[kTile];
+          for (int j = 0; j < kTile; ++j)
+            tile_rows[j] = reinterpret_cast<const std::uint32_t*>(c + (t * kTile + j) * kBlock + u * kTile);
+          transpose_words_16x16(tile_rows, reinterpret_cast<std::uint32_t*>(by_rows + u * kTile * kBlock + t * kTile),
+                                kBlock);
+        }
       store_rows(p, by_rows, kBlock, b0, chunk_rows, k0, outputs);
     }
     release_tiles();
