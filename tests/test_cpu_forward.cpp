@@ -135,8 +135,8 @@ TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
       }
 }
 
-// The AMX kernel: chosen for bfloat16 where the processor has AMX-BF16, refused by name
-// otherwise (another dtype, or a processor without it).
+// The AMX kernel: chosen for bfloat16 where the processor has AMX-BF16 (but for reductions of up
+// to 16), refused by name otherwise (another dtype, or a processor without it).
 TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
   const Case bf16{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true};
   Operands o = make_operands(bf16, 3);
@@ -144,6 +144,16 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
   EXPECT_EQ(cpu::choose_kernel(p, {}).info.name, cpu::amx_bf16_supported() ? "cpu_amx_bf16"
                                                  : cpu::bf16_dot_supported() ? "cpu_bf16_dot"
                                                                              : "cpu_gather_gemm");
+  if (cpu::amx_bf16_supported()) {
+    // Reductions of up to 16 cost AMX a whole 32-deep tile multiply: the engine takes them.
+    const auto chosen = [](const Case& c) {
+      Operands o = make_operands(c, 3);
+      return cpu::choose_kernel(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), {}).info.name;
+    };
+    EXPECT_EQ(chosen({{4, 64, 4, 256}, DType::bfloat16, Layout::head_major, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{1, 1055, 1, 419}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{1, 64, 17, 256}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
+  }
   Options options;
   options.kernel = "cpu_amx_bf16";
   if (!cpu::amx_bf16_supported())

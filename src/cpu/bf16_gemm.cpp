@@ -107,6 +107,13 @@ constexpr std::int64_t kDotDirectRows = 16;
 // timed call by call in one process: docs/performance/cpu.md, "bfloat16 on an Intel processor without
 // AMX"). It had been measured against eager PyTorch's time before, a single row only from 1 MB.
 constexpr std::int64_t kDotBeatsAmxRows = 4;
+// Reductions this short cost AMX about as much as one of 32 (a tile multiply's depth, zero-
+// padded), and its time goes to the float32 block it stores and rounds: the float32 engine on
+// bfloat16 widened took 0.34-0.94x AMX's time at R*H = 1 to 12 and 0.71-1.21x (median 0.90) at
+// 16, with B = 64 to 4096 and K = 256 to 4096; medians 0.93 at 20, 1.04 at 24 and 1.17 at 32
+// (the 2-core AMX VM, forced kernels alternating in one process: docs/performance/cpu.md, "Short
+// reductions on AMX").
+constexpr std::int64_t kEngineBeatsAmxReduction = 16;
 // Where the dot kernel issues slower than the float32 FMA (bf16_dot_packed_beats_engine), its
 // packed path still beats the engine on fewer rows than this, or this little work.
 constexpr std::int64_t kDotPackedBeatsEngineRows = 32;
@@ -881,6 +888,8 @@ bool bf16_dot_packed_beats_engine(const Problem& p) {
 bool bf16_dot_beats_amx(const Problem& p) {
   return bf16_dot_reads_weight_in_place(p) && p.B <= kDotBeatsAmxRows;
 }
+
+bool engine_beats_amx(const Problem& p) { return p.RH <= kEngineBeatsAmxReduction; }
 
 void run_bf16_dot(const Problem& p) {
   if (const std::string why = bf16_dot_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);

@@ -43,7 +43,8 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 
 // bfloat16: AMX where the processor has it (it won from the seed problem up, and reads the weight
 // in place for short batches; measured in docs/PERFORMANCE.md), but for up to 4 rows, which
-// stream the weight faster on AVX512-BF16 dot products (bf16_dot_beats_amx). Else AVX512-BF16 dot
+// stream the weight faster on AVX512-BF16 dot products (bf16_dot_beats_amx), and for reductions
+// of up to 16, where the engine wins (engine_beats_amx). Else AVX512-BF16 dot
 // products for short batches (the weight in place, x gathered once), and, on processors where they
 // outrun the float32 engine (bf16_dot_packed_beats_engine), where its packing has a fast path for
 // both operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
@@ -51,7 +52,10 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 // along a unit stride. Else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {
   const bool dot = bf16_dot_why_not(p).empty();
-  if (amx_bf16_why_not(p).empty()) return dot && bf16_dot_beats_amx(p) ? kKernels[1] : kKernels[0];
+  if (amx_bf16_why_not(p).empty()) {
+    if (dot && bf16_dot_beats_amx(p)) return kKernels[1];
+    return engine_beats_amx(p) ? kKernels[2] : kKernels[0];
+  }
   const bool x_packs_fast = (p.x_stride_h == 1 && p.H % 2 == 0) || p.x_stride_b == 1;
   const bool weight_packs_fast = p.weight_stride_c == 1 || p.weight_stride_k == 1;
   if (dot && (bf16_dot_reads_weight_in_place(p) ||

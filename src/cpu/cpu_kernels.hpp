@@ -43,6 +43,8 @@ bool bf16_dot_supported();
 bool bf16_dot_reads_weight_in_place(const Problem& p);
 // True where that direct path also beats AMX's (measured where both exist): up to 4 rows.
 bool bf16_dot_beats_amx(const Problem& p);
+// True where the float32 engine beats AMX on a bfloat16 problem: reductions of up to 16.
+bool engine_beats_amx(const Problem& p);
 // True where the dot kernel's packed path outruns the float32 engine on bfloat16 widened to float32:
 // on AMD's processors always, on Intel's (VDPBF16PS at a quarter of the FMA's issue rate) for few
 // rows or little work.
