@@ -13,6 +13,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "core/kernel_registry.hpp"
 #include "core/numeric.hpp"
 #include "cpu/cpu_kernels.hpp"
@@ -148,6 +152,34 @@ void weight_gradient(const BackwardProblem& bp) {
   run_gemm(g);
 }
 
+// sum[k] += row[k] for k < n, each element widened to Acc.
+template <class In, class Acc>
+void add_row(const In* row, Acc* sum, std::int64_t n) {
+  for (std::int64_t k = 0; k < n; ++k) sum[k] += load_as<Acc>(row[k]);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// float16 through F16C, 8 columns at a time: the same sums (each lane one column's, over b in
+// order), where core/numeric.hpp's portable widening, one element at a time, had made float16's
+// bias gradient take about 4x float32's time (4.4 against 1.2 ms at B = 4096, K = 2048 on two
+// cores of the AMX VM).
+__attribute__((target("avx,f16c"))) void add_row_f16c(const Half* row, float* sum, std::int64_t n) {
+  std::int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 widened = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k)));
+    _mm256_storeu_ps(sum + k, _mm256_add_ps(_mm256_loadu_ps(sum + k), widened));
+  }
+  for (; k < n; ++k) sum[k] += _cvtsh_ss(row[k].bits);
+}
+
+template <>
+void add_row(const Half* row, float* sum, std::int64_t n) {
+  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  if (f16c) return add_row_f16c(row, sum, n);
+  for (std::int64_t k = 0; k < n; ++k) sum[k] += to_float(row[k]);
+}
+#endif
+
 // Blocks of columns to the OpenMP threads, each summed row by row: every column's sum runs over b
 // in order whatever the thread count, and the inner loop runs along contiguous k.
 template <class In>
@@ -163,7 +195,7 @@ void bias_gradient(const BackwardProblem& bp) {
     Acc sum[kColumns] = {};
     for (std::int64_t b = 0; b < f.B; ++b) {
       const In* row = grad_y + b * bp.grad_y_stride_b + k0;
-      for (std::int64_t k = 0; k < n; ++k) sum[k] += load_as<Acc>(row[k]);
+      add_row(row, sum, n);
     }
     for (std::int64_t k = 0; k < n; ++k) out[k0 + k] = store_as<In>(sum[k]);
   }
