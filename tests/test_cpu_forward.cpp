@@ -88,7 +88,7 @@ TEST_P(CpuForwardSweep, GatherGemmAtEverySimdLevelAndPath) {
 
 TEST_P(CpuForwardSweep, DispatchedAndForcedKernels) {
   const Case c = GetParam();
-  const bool amx = c.dtype == DType::bfloat16 && cpu::amx_bf16_supported();
+  const bool amx = (c.dtype == DType::bfloat16 || c.dtype == DType::float16) && cpu::amx_bf16_supported();
   const bool dot = c.dtype == DType::bfloat16 && cpu::bf16_dot_supported();
   for (const char* kernel :
        {"auto", "cpu_gather_gemm", "cpu_reference", "cpu_unfused_blas", "cpu_amx_bf16", "cpu_bf16_dot"}) {
@@ -154,6 +154,19 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
     EXPECT_EQ(chosen({{1, 1055, 1, 419}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen({{1, 64, 17, 256}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
   }
+  {
+    // float16 as bfloat16 parts on AMX from 512 rows and a reduction of 48, along unit strides.
+    const auto chosen = [](const Case& c) {
+      Operands o = make_operands(c, 3);
+      return cpu::choose_kernel(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), {}).info.name;
+    };
+    const char* split = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_gather_gemm";
+    EXPECT_EQ(chosen({{1, 512, 48, 64}, DType::float16, Layout::contiguous, true}), split);
+    EXPECT_EQ(chosen({{4, 600, 16, 64}, DType::float16, Layout::head_major, true}), split);
+    EXPECT_EQ(chosen({{1, 511, 48, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{1, 512, 47, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{4, 600, 16, 64}, DType::float16, Layout::strided, true}), "cpu_gather_gemm");
+  }
   Options options;
   options.kernel = "cpu_amx_bf16";
   if (!cpu::amx_bf16_supported())
@@ -162,7 +175,7 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
   const Case fp32{{4, 12, 32, 56}, DType::float32, Layout::contiguous, true};
   Operands f = make_operands(fp32, 3);
   expect_library_error([&] { forward(f.x.view, f.weight.view, f.bias_view(), f.y.view, options); },
-                       "options.kernel", "bfloat16 only", ErrorCode::unsupported);
+                       "options.kernel", "bfloat16 or float16 only", ErrorCode::unsupported);
   EXPECT_EQ(first_unpoisoned(f.y), std::nullopt) << "y written";
 }
 
@@ -233,10 +246,23 @@ const std::uint16_t kFloat16Cases[][2] = {
     {0x8000, 0x0000},  // -0 + 0
 };
 
-// The AMX kernel rounds y to bfloat16 16 outputs at a time (one reduction index).
-TEST(CpuForwardAmx, RoundsLikeToBfloat16) {
+// kFloat16Cases' finite weights, with an infinite and a NaN bias: the AMX kernel's float16 split
+// takes these (an infinite or NaN weight sends the problem to the SIMD engine).
+const std::uint16_t kFloat16FiniteWeightCases[][2] = {
+    {0x3c00, 0x1000}, {0x3c01, 0x1000}, {0x3c00, 0x0c00}, {0x0000, 0x0001}, {0x0400, 0x8001},
+    {0x8000, 0x83ff}, {0x0001, 0x0000}, {0x7bff, 0x4c00}, {0x7bff, 0x4800}, {0x8000, 0x0000},
+    {0x3c00, 0x7c00},  // 1 + inf
+    {0xbc00, 0x7e01},  // -1 + a quiet NaN with a payload
+};
+
+// The AMX kernel rounds y to bfloat16 16 outputs at a time (one reduction index), and float16,
+// which it computes from bfloat16 parts, the same way (infinite and NaN weights through the SIMD
+// engine).
+TEST(CpuForwardAmx, RoundsLikeToBfloat16AndToHalf) {
   if (!cpu::amx_bf16_supported()) GTEST_SKIP() << "no AMX-BF16 on this processor";
   expect_rounded_once<BFloat16>(kBfloat16Cases, 1, [](const Problem& p) { cpu::run_amx_bf16(p); });
+  expect_rounded_once<Half>(kFloat16FiniteWeightCases, 1, [](const Problem& p) { cpu::run_amx_bf16(p); });
+  expect_rounded_once<Half>(kFloat16Cases, 1, [](const Problem& p) { cpu::run_amx_bf16(p); });
 }
 
 // The AVX512-BF16 kernel: chosen for bfloat16 without AMX for short batches, and, on processors
@@ -316,20 +342,23 @@ TEST(CpuForwardBf16, ShortBatchesReadTheWeightInPlace) {
   for (const auto& [kernel, supported] : kernels) {
     if (!supported) continue;
     const bool amx = std::string_view(kernel) == "cpu_amx_bf16";
-    for (std::int64_t B : {1, 2, 3, 5, 7, 13, 16, 17, 31, 32, 33, 48, 64})
-      for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}, Shape{1, B, 903, 700}, Shape{4, B, 8, 48},
-                          Shape{2, B, 1024, 48}})
-        for (Layout layout : kLayouts) {
-          if (!amx && B > 16) continue;  // packed
-          const Case c{shape, DType::bfloat16, layout, true};
-          expect_accurate(c, error_with_kernel(c, kernel), kernel);
-        }
-    if (amx)
-      for (std::int64_t B : {65, 100, 256})
-        for (Layout layout : kLayouts) {
-          const Case c{{1, B, 4096, 1040}, DType::bfloat16, layout, true};
-          expect_accurate(c, error_with_kernel(c, kernel), kernel);
-        }
+    for (DType dtype : {DType::bfloat16, DType::float16}) {
+      if (!amx && dtype == DType::float16) continue;  // AMX only: float16 as bfloat16 parts
+      for (std::int64_t B : {1, 2, 3, 5, 7, 13, 16, 17, 31, 32, 33, 48, 64})
+        for (Shape shape : {Shape{3, B, 301, 700}, Shape{2, B, 40, 33}, Shape{1, B, 903, 700}, Shape{4, B, 8, 48},
+                            Shape{2, B, 1024, 48}})
+          for (Layout layout : kLayouts) {
+            if (!amx && B > 16) continue;  // packed
+            const Case c{shape, dtype, layout, true};
+            expect_accurate(c, error_with_kernel(c, kernel), kernel);
+          }
+      if (amx)
+        for (std::int64_t B : {65, 100, 256})
+          for (Layout layout : kLayouts) {
+            const Case c{{1, B, 4096, 1040}, dtype, layout, true};
+            expect_accurate(c, error_with_kernel(c, kernel), kernel);
+          }
+    }
   }
 }
 

@@ -38,9 +38,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "core/numeric.hpp"
 #include "cpu/block_tasks.hpp"
@@ -115,6 +118,15 @@ constexpr std::int64_t kDotBeatsAmxRows = 4;
 // (the 2-core AMX VM, forced kernels alternating in one process: docs/performance/cpu.md, "Short
 // reductions on AMX").
 constexpr std::int64_t kEngineBeatsAmxReduction = 16;
+// float16 on AMX as three bfloat16 products (run_amx_split) against the float32 engine, forced
+// kernels alternating in one process on the 2-core AMX VM: 0.60-0.98x the engine's time from
+// B = 512 at R*H = 48 to 4096 (K = 512 to 4096), 0.75-1.25x (median 0.89) at B = 256, 1.10-1.86x
+// at B = 128 (the whole weight split and packed for few rows); at R*H = 24 and 32, 0.85-1.13x
+// from B = 512 (docs/performance/cpu.md, "float16 on AMX as bfloat16 parts"). Not measured with
+// x's slices or the weight's rows along a stride (the backward's views), which it splits one
+// element at a time.
+constexpr std::int64_t kSplitMinRows = 512;
+constexpr std::int64_t kSplitMinReduction = 48;
 // Where the dot kernel issues slower than the float32 FMA (bf16_dot_packed_beats_engine), its
 // packed path still beats the engine on fewer rows than this, or this little work.
 constexpr std::int64_t kDotPackedBeatsEngineRows = 32;
@@ -131,7 +143,10 @@ bool amx_usable() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
   const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
-  if (!amx_bf16 || !amx_tile || !__builtin_cpu_supports("avx512f")) return false;  // AVX-512 packs the weight
+  // AVX-512 packs the weight (and splits float16, with AVX512BW's masked 16-bit loads)
+  if (!amx_bf16 || !amx_tile || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl"))
+    return false;
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
@@ -405,6 +420,29 @@ void interleave_runs_12(const BFloat16* low, const BFloat16* high, int rows, std
   _mm512_mask_storeu_epi32(out, static_cast<__mmask16>((1u << kDotRows) - 1u),
                            _mm512_or_si512(widen(low), _mm512_slli_epi32(widen(high), 16)));
 }
+
+// float16 values v[i] (i < n, unit stride) split into bfloat16 hi[i] = v rounded to nearest even
+// and lo[i] = v - hi[i], which is exact: v's 11 significant bits are hi's 8 and at most 4 more.
+// False where some v is infinite or NaN (nothing is promised of hi and lo then).
+#pragma GCC target("avx512f,avx512bw,avx512vl")
+bool split_half_row(const Half* v, std::int64_t n, BFloat16* hi, BFloat16* lo) {
+  __mmask16 special = 0;
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const int count = static_cast<int>(std::min<std::int64_t>(16, n - i));
+    const auto mask = static_cast<__mmask16>((1u << count) - 1u);  // all ones but in the last vector
+    const __m512 value = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, v + i));
+    const __m512i bits = _mm512_castps_si512(value);
+    const __m512i exponent = _mm512_set1_epi32(0x7f800000);
+    special |= _mm512_mask_cmpeq_epi32_mask(mask, _mm512_and_si512(bits, exponent), exponent);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i high = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))),
+                                          _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+    const __m512i low = _mm512_castps_si512(_mm512_sub_ps(value, _mm512_castsi512_ps(high)));
+    _mm256_mask_storeu_epi16(hi + i, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(high, 16)));
+    _mm256_mask_storeu_epi16(lo + i, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(low, 16)));
+  }
+  return special == 0;
+}
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 #endif
@@ -586,27 +624,46 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
 thread_local Scratch packed_weight_scratch, a_scratch, c_scratch, tile_copy_scratch;
 
-// y[b0 .. b0 + rows, k0 .. k0 + outputs) = c's rows (row stride ldc) + bias, rounded once.
-void store_rows(const Problem& p, const float* c, std::int64_t ldc, std::int64_t b0, int rows, std::int64_t k0,
-                int outputs) {
-  const auto* bias = static_cast<const BFloat16*>(p.bias);
-  auto* y = static_cast<BFloat16*>(p.y);
+// y[b0 .. b0 + rows, k0 .. k0 + outputs) = c's rows (row stride ldc) + bias, rounded once to Out.
+template <class Out>
+void store_rows_as(const Problem& p, const float* c, std::int64_t ldc, std::int64_t b0, int rows, std::int64_t k0,
+                   int outputs) {
+  const auto* bias = static_cast<const Out*>(p.bias);
+  auto* y = static_cast<Out*>(p.y);
+  const auto round = [](float v) {
+    if constexpr (std::is_same_v<Out, Half>)
+      return to_half(v);
+    else
+      return to_bfloat16(v);
+  };
   for (int i = 0; i < rows; ++i) {
-    BFloat16* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
+    Out* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
     const float* c_row = c + static_cast<std::int64_t>(i) * ldc;
     if (p.y_stride_k == 1) {
       round_row_from_float(c_row, bias ? bias + k0 : nullptr, y_row, outputs);
       continue;
     }
     for (int j = 0; j < outputs; ++j)
-      y_row[j * p.y_stride_k] = to_bfloat16(c_row[j] + (bias ? to_float(bias[k0 + j]) : 0.f));
+      y_row[j * p.y_stride_k] = round(c_row[j] + (bias ? to_float(bias[k0 + j]) : 0.f));
   }
+}
+
+// y and bias are float16 where the AMX kernel computes float16 as bfloat16 parts (run_amx_split).
+void store_rows(const Problem& p, const float* c, std::int64_t ldc, std::int64_t b0, int rows, std::int64_t k0,
+                int outputs) {
+  if (p.dtype == DType::float16)
+    store_rows_as<Half>(p, c, ldc, b0, rows, k0, outputs);
+  else
+    store_rows_as<BFloat16>(p, c, ldc, b0, rows, k0, outputs);
 }
 
 // AMX: y[b0 .. b0 + rows, k0 .. k0 + outputs) from the packed block whose first output is
 // k_block0, its panels `depth` deep.
+// `gather(b0, rows, padded_rows, c0, depth, lda, out)` fills the gathered rows as gather_rows does
+// (run_amx_split's gathers float16 x's bfloat16 parts).
+template <class GatherRows>
 void amx_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_block0, std::int64_t depth,
-                       std::int64_t b0, int rows, std::int64_t k0, int outputs) {
+                       std::int64_t b0, int rows, std::int64_t k0, int outputs, GatherRows gather) {
   const int padded_rows = static_cast<int>(round_up(rows, kBlock));
   const int padded_outputs = static_cast<int>(round_up(outputs, kBlock));
   auto* a = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(kRowBlock) * kLda * sizeof(BFloat16)));
@@ -617,7 +674,7 @@ void amx_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
   configure_tiles();
   for (std::int64_t c0 = 0; c0 < depth; c0 += kSlice) {
     const int slice = static_cast<int>(std::min<std::int64_t>(kSlice, depth - c0));
-    gather_rows(p, b0, rows, padded_rows, c0, slice, kLda, a);
+    gather(b0, rows, padded_rows, c0, slice, kLda, a);
     for (int jr = 0; jr < padded_outputs; jr += kBlock) {
       const BFloat16* w0 = packed + ((k0 - k_block0 + jr) / kPanel) * panel_elements + c0 * kPanel;
       for (int ir = 0; ir < padded_rows; ir += kBlock)
@@ -782,11 +839,12 @@ void dot_direct(const Problem& p) {
 }
 
 // The two kernels' driver: the weight packed in blocks of about 4 MB (panels `depth` deep, in
-// pairs: a block's 32 outputs), each block's rows of y then shared out among the threads in tasks
-// of at most row_block rows (cut on multiples of row_granule) and kGroupOutputs outputs.
-template <class ComputeBlock>
+// pairs: a block's 32 outputs; pack_panel(k_first, out) packs the 16 from k_first), each block's
+// rows of y then shared out among the threads in tasks of at most row_block rows (cut on multiples
+// of row_granule) and kGroupOutputs outputs.
+template <class ComputeBlock, class PackPanel>
 void run_blocked(const Problem& p, std::int64_t depth, std::int64_t row_block, std::int64_t row_granule,
-                 ComputeBlock compute_block) {
+                 ComputeBlock compute_block, PackPanel pack_panel) {
   if (p.B == 0 || p.K == 0) return;
   const std::int64_t panel_elements = depth * kPanel;
   // Panels come in pairs (the micro-kernels' 32 outputs); a pair past K is zeros.
@@ -801,8 +859,7 @@ void run_blocked(const Problem& p, std::int64_t depth, std::int64_t row_block, s
     const std::int64_t pairs = std::min(pairs_per_block, pairs_total - pair0);
     const std::int64_t k_block0 = pair0 * 2 * kPanel;
 #pragma omp parallel for if (parallel) schedule(static)
-    for (std::int64_t q = 0; q < 2 * pairs; ++q)
-      pack_weight_panel(p, k_block0 + q * kPanel, depth, packed + q * panel_elements);
+    for (std::int64_t q = 0; q < 2 * pairs; ++q) pack_panel(k_block0 + q * kPanel, packed + q * panel_elements);
 
     // Enough tasks for every thread even when B is small (the block's outputs split too), and at
     // most kGroupOutputs outputs a task, so that its float32 block of y stays in L2.
@@ -816,6 +873,128 @@ void run_blocked(const Problem& p, std::int64_t depth, std::int64_t row_block, s
                           compute_block(p, packed, k_block0, depth, b0, rows, k0, outputs);
                         });
   }
+}
+
+// AMX's two paths for a bfloat16 problem.
+void run_amx_tiles(const Problem& p) {
+  const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
+  if (p.weight_stride_c == 1 && p.B <= amx_direct_rows(p.weight_bytes()) &&
+      p.B * depth * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
+    amx_direct(p);
+    return;
+  }
+  run_blocked(
+      p, depth, kRowBlock, kBlock,
+      [&](const Problem& q, const BFloat16* packed, std::int64_t k_block0, std::int64_t d, std::int64_t b0, int rows,
+          std::int64_t k0, int outputs) {
+        amx_compute_block(q, packed, k_block0, d, b0, rows, k0, outputs,
+                          [&](std::int64_t g0, int n, int padded, std::int64_t c0, int slice, int lda, BFloat16* out) {
+                            gather_rows(q, g0, n, padded, c0, slice, lda, out);
+                          });
+      },
+      [&](std::int64_t k_first, BFloat16* out) { pack_weight_panel(p, k_first, depth, out); });
+}
+
+// One float16 value split as split_half_row splits them; false if it is infinite or NaN.
+bool split_half(Half v, BFloat16& hi, BFloat16& lo) {
+  const float value = to_float(v);
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t high = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  hi.bits = static_cast<std::uint16_t>(high >> 16);
+  lo.bits = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value - std::bit_cast<float>(high)) >> 16);
+  return (bits & 0x7f800000u) != 0x7f800000u;
+}
+
+// n float16 values from `v` at `stride` split into hi and lo; false if any is infinite or NaN.
+bool split_half_run(const Half* v, std::int64_t stride, std::int64_t n, BFloat16* hi, BFloat16* lo) {
+  if (stride == 1) return split_half_row(v, n, hi, lo);
+  bool finite = true;
+  for (std::int64_t i = 0; i < n; ++i) finite &= split_half(v[i * stride], hi[i], lo[i]);
+  return finite;
+}
+
+thread_local Scratch discarded_part_scratch;
+
+// float16 on AMX, whose tiles multiply bfloat16 only. Each float16 v splits exactly into bfloat16
+// parts hi + lo (split_half_row), and x*w = hx*hw + hx*lw + lx*hw + lx*lw: the first three products
+// are exact in float32, the last is below 2^-16 of x*w and left out. So y is a bfloat16 problem
+// with three times the reduction, A' = [hx | hx | lx] and W' = [hw | lw | hw] along it, which the
+// packed path's gather and packing split from x and the weight as they go; y and the bias stay
+// float16 (store_rows). An infinity or NaN would turn such parts' products into NaNs where x*w is
+// not one (inf * 0 in a part): a problem with any is computed again by the SIMD engine.
+void run_amx_split(const Problem& p) {
+  if (p.B == 0 || p.K == 0) return;
+  const std::int64_t RH = p.RH, split = 3 * RH, depth = round_up(std::max<std::int64_t>(split, 1), kStep);
+  std::atomic<bool> special{false};
+  const auto* x = static_cast<const Half*>(p.x);
+  const auto* weight = static_cast<const Half*>(p.weight);
+  // Reduction indices [c0, c0 + n) of one row of A' or W' into `out`: for each third s of the
+  // reduction, part parts[s] (0 hi, 1 lo) of the original indices that `split_run(c, count, hi, lo)`
+  // splits; past 3 RH, zeros.
+  const auto split_row = [&](const int (&parts)[3], std::int64_t c0, std::int64_t n, BFloat16* out, auto split_run) {
+    for (int s = 0; s < 3; ++s) {
+      const std::int64_t begin = std::max(c0, s * RH), end = std::min(c0 + n, (s + 1) * RH);
+      if (begin >= end) continue;
+      auto* discarded = static_cast<BFloat16*>(discarded_part_scratch.bytes(static_cast<std::size_t>(end - begin) * 2));
+      BFloat16* dst = out + (begin - c0);
+      if (!(parts[s] == 0 ? split_run(begin - s * RH, end - begin, dst, discarded)
+                          : split_run(begin - s * RH, end - begin, discarded, dst)))
+        special.store(true, std::memory_order_relaxed);
+    }
+    if (c0 + n > split) {
+      const std::int64_t from = std::max(split, c0);
+      std::memset(out + (from - c0), 0, static_cast<std::size_t>(c0 + n - from) * sizeof(BFloat16));
+    }
+  };
+  run_blocked(
+      p, depth, kRowBlock, kBlock,
+      [&](const Problem& q, const BFloat16* packed, std::int64_t k_block0, std::int64_t d, std::int64_t b0, int rows,
+          std::int64_t k0, int outputs) {
+        amx_compute_block(
+            q, packed, k_block0, d, b0, rows, k0, outputs,
+            [&](std::int64_t g0, int n, int padded, std::int64_t c0, int slice, int lda, BFloat16* out) {
+              constexpr int kX[3] = {0, 0, 1};  // hx, hx, lx
+              for (int i = 0; i < n; ++i) {
+                const Half* row = x + (g0 + i) * p.x_stride_b;
+                split_row(kX, c0, slice, out + static_cast<std::int64_t>(i) * lda,
+                          [&](std::int64_t c, std::int64_t count, BFloat16* hi, BFloat16* lo) {
+                            bool finite = true;
+                            std::int64_t r = c / std::max<std::int64_t>(p.H, 1), h = c - r * p.H;
+                            for (std::int64_t done = 0; done < count; ++r, h = 0) {  // slice r's runs
+                              const std::int64_t run = std::min(p.H - h, count - done);
+                              finite &= split_half_run(row + r * p.x_stride_r + h * p.x_stride_h, p.x_stride_h, run,
+                                                       hi + done, lo + done);
+                              done += run;
+                            }
+                            return finite;
+                          });
+              }
+              for (int i = n; i < padded; ++i)
+                std::memset(out + static_cast<std::int64_t>(i) * lda, 0, static_cast<std::size_t>(slice) * 2);
+            });
+      },
+      [&](std::int64_t k_first, BFloat16* out) {
+        // The panel's weight rows split into a copy, [hw | lw | hw], then packed as bfloat16 rows.
+        constexpr int kW[3] = {0, 1, 0};
+        const int valid = static_cast<int>(std::clamp<std::int64_t>(p.K - k_first, 0, kPanel));
+        thread_local Scratch panel_scratch;
+        auto* rows = static_cast<BFloat16*>(panel_scratch.bytes(static_cast<std::size_t>(valid) * split * 2));
+        for (int j = 0; j < valid; ++j) {
+          const Half* row = weight + (k_first + j) * p.weight_stride_k;
+          split_row(kW, 0, split, rows + j * split, [&](std::int64_t c, std::int64_t count, BFloat16* hi, BFloat16* lo) {
+            return split_half_run(row + c * p.weight_stride_c, p.weight_stride_c, count, hi, lo);
+          });
+        }
+        Problem panel = p;
+        panel.dtype = DType::bfloat16;
+        panel.K = valid;
+        panel.RH = split;
+        panel.weight = rows;
+        panel.weight_stride_k = split;
+        panel.weight_stride_c = 1;
+        pack_weight_panel(panel, 0, depth, out);
+      });
+  if (special.load()) run_gather_gemm(p);
 }
 #endif
 
@@ -831,7 +1010,7 @@ bool amx_bf16_supported() {
 }
 
 std::string amx_bf16_why_not(const Problem& p) {
-  if (p.dtype != DType::bfloat16) return "bfloat16 only";
+  if (p.dtype != DType::bfloat16 && p.dtype != DType::float16) return "bfloat16 or float16 only";
   if (!amx_bf16_supported()) return "needs AMX-BF16 tiles, which this processor (or its operating system) lacks";
   return {};
 }
@@ -839,13 +1018,10 @@ std::string amx_bf16_why_not(const Problem& p) {
 void run_amx_bf16(const Problem& p) {
   if (const std::string why = amx_bf16_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
-  const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
-  if (p.weight_stride_c == 1 && p.B <= amx_direct_rows(p.weight_bytes()) &&
-      p.B * depth * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
-    amx_direct(p);
-    return;
-  }
-  run_blocked(p, depth, kRowBlock, kBlock, amx_compute_block);
+  if (p.dtype == DType::float16)
+    run_amx_split(p);
+  else
+    run_amx_tiles(p);
 #endif
 }
 
@@ -894,6 +1070,11 @@ bool bf16_dot_beats_amx(const Problem& p) {
 
 bool engine_beats_amx(const Problem& p) { return p.RH <= kEngineBeatsAmxReduction; }
 
+bool amx_split_beats_engine(const Problem& p) {
+  return p.dtype == DType::float16 && amx_bf16_supported() && p.B >= kSplitMinRows && p.RH >= kSplitMinReduction &&
+         p.x_stride_h == 1 && p.weight_stride_c == 1;
+}
+
 void run_bf16_dot(const Problem& p) {
   if (const std::string why = bf16_dot_why_not(p); !why.empty()) throw Error(ErrorCode::unsupported, "kernel", why);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
@@ -901,7 +1082,9 @@ void run_bf16_dot(const Problem& p) {
     dot_direct(p);
     return;
   }
-  run_blocked(p, round_up(std::max<std::int64_t>(p.RH, 1), 2), kDotRowBlock, kDotRows, dot_compute_block);
+  const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), 2);
+  run_blocked(p, depth, kDotRowBlock, kDotRows, dot_compute_block,
+              [&](std::int64_t k_first, BFloat16* out) { pack_weight_panel(p, k_first, depth, out); });
 #endif
 }
 

@@ -20,7 +20,8 @@ void unfused(const Problem& p, const Options&, Workspace, CudaStream) { run_unfu
 
 const KernelEntry kKernels[] = {
     {{"cpu_amx_bf16", DeviceType::cpu, true,
-      "bfloat16 on AMX tiles, gathering x's rows while packing; OpenMP threads (needs AMX-BF16)"},
+      "bfloat16 on AMX tiles, gathering x's rows while packing, and float16 as three bfloat16 products a term; "
+      "OpenMP threads (needs AMX-BF16)"},
      true, amx_why_not, nullptr, amx},
     {{"cpu_bf16_dot", DeviceType::cpu, true,
       "bfloat16 on AVX512-BF16 pair dot products, gathering x's rows while packing; OpenMP threads (needs "
@@ -44,13 +45,15 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 // bfloat16: AMX where the processor has it (it won from the seed problem up, and reads the weight
 // in place for short batches; measured in docs/PERFORMANCE.md), but for up to 4 rows, which
 // stream the weight faster on AVX512-BF16 dot products (bf16_dot_beats_amx), and for reductions
-// of up to 16, where the engine wins (engine_beats_amx). Else AVX512-BF16 dot
+// of up to 16, where the engine wins (engine_beats_amx); float16 on AMX where its split into
+// bfloat16 parts beats the engine (amx_split_beats_engine). Else AVX512-BF16 dot
 // products for short batches (the weight in place, x gathered once), and, on processors where they
 // outrun the float32 engine (bf16_dot_packed_beats_engine), where its packing has a fast path for
 // both operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
 // backward's grad_y^T), and the weight's rows, or its columns (the backward's transposed views),
 // along a unit stride. Else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {
+  if (p.dtype == DType::float16) return amx_split_beats_engine(p) ? kKernels[0] : kKernels[2];
   const bool dot = bf16_dot_why_not(p).empty();
   if (amx_bf16_why_not(p).empty()) {
     if (dot && bf16_dot_beats_amx(p)) return kKernels[1];

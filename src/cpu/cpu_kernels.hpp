@@ -25,10 +25,13 @@ enum class GemmPath { automatic, packed, direct, row_blocks };
 void run_gather_gemm(const Problem& p, SimdLevel level = SimdLevel::best, GemmPath path = GemmPath::automatic);
 bool simd_level_supported(SimdLevel level);
 
-// Fused, bfloat16 on AMX tiles (bf16_gemm.cpp): float32 accumulation, y rounded once. Throws
-// gather_linear::Error unless amx_bf16_why_not(p) is empty.
+// Fused, bfloat16 on AMX tiles (bf16_gemm.cpp): float32 accumulation, y rounded once; float16 as
+// the sum of three bfloat16 products per term (each value split exactly into two bfloat16 parts;
+// with an infinity or NaN among x or the weight, on the SIMD engine). Throws gather_linear::Error
+// unless amx_bf16_why_not(p) is empty.
 void run_amx_bf16(const Problem& p);
-// Empty when run_amx_bf16 can compute `p` (bfloat16, and a processor and OS with AMX-BF16).
+// Empty when run_amx_bf16 can compute `p` (bfloat16 or float16, and a processor and OS with
+// AMX-BF16).
 std::string amx_bf16_why_not(const Problem& p);
 bool amx_bf16_supported();
 
@@ -45,6 +48,9 @@ bool bf16_dot_reads_weight_in_place(const Problem& p);
 bool bf16_dot_beats_amx(const Problem& p);
 // True where the float32 engine beats AMX on a bfloat16 problem: reductions of up to 16.
 bool engine_beats_amx(const Problem& p);
+// True where AMX's float16 split beats the float32 engine: 512 rows or more, a reduction of 48 or
+// more, x's slices and the weight's rows along unit strides.
+bool amx_split_beats_engine(const Problem& p);
 // True where the dot kernel's packed path outruns the float32 engine on bfloat16 widened to float32:
 // on AMD's processors always, on Intel's (VDPBF16PS at a quarter of the FMA's issue rate) for few
 // rows or little work.
