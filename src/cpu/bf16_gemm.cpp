@@ -6,6 +6,9 @@
 //   multiply-adds, where an AVX-512 FMA does 16. The micro-kernel keeps a 32 x 32 block of y in
 //   four accumulator tiles and streams two A tiles and two W tiles per 32-deep step, which uses
 //   all eight tile registers.
+//   float16 takes the same path as three bfloat16 products a term (run_amx_split): each value
+//   splits exactly into two bfloat16 parts, and the products of the parts but the two low ones
+//   are exact in float32.
 // - cpu_bf16_dot, on AVX512-BF16 where there is no AMX (AMD's Zen 4, for one). VDPBF16PS adds, in
 //   each of 16 float32 lanes, the products of one pair of bfloat16: 32 multiply-adds an
 //   instruction, twice an FMA's. The micro-kernel is the float32 engine's (gather_gemm.cpp) with
