@@ -155,17 +155,19 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
     EXPECT_EQ(chosen({{1, 64, 17, 256}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
   }
   {
-    // float16 as bfloat16 parts on AMX from 512 rows and a reduction of 48, along unit strides.
+    // float16 as bfloat16 parts on AMX from 256 rows a thread and a reduction of 48, along unit
+    // strides.
     const auto chosen = [](const Case& c) {
       Operands o = make_operands(c, 3);
       return cpu::choose_kernel(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), {}).info.name;
     };
     const char* split = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_gather_gemm";
-    EXPECT_EQ(chosen({{1, 512, 48, 64}, DType::float16, Layout::contiguous, true}), split);
-    EXPECT_EQ(chosen({{4, 600, 16, 64}, DType::float16, Layout::head_major, true}), split);
-    EXPECT_EQ(chosen({{1, 511, 48, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{1, 512, 47, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{4, 600, 16, 64}, DType::float16, Layout::strided, true}), "cpu_gather_gemm");
+    const std::int64_t rows = cpu::amx_split_min_rows();
+    EXPECT_EQ(chosen({{1, rows, 48, 64}, DType::float16, Layout::contiguous, true}), split);
+    EXPECT_EQ(chosen({{4, rows, 16, 64}, DType::float16, Layout::head_major, true}), split);
+    EXPECT_EQ(chosen({{1, rows - 1, 48, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{1, rows, 47, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen({{4, rows, 16, 64}, DType::float16, Layout::strided, true}), "cpu_gather_gemm");
   }
   Options options;
   options.kernel = "cpu_amx_bf16";

@@ -122,13 +122,15 @@ constexpr std::int64_t kDotBeatsAmxRows = 4;
 // reductions on AMX").
 constexpr std::int64_t kEngineBeatsAmxReduction = 16;
 // float16 on AMX as three bfloat16 products (run_amx_split) against the float32 engine, forced
-// kernels alternating in one process on the 2-core AMX VM: 0.60-0.98x the engine's time from
-// B = 512 at R*H = 48 to 4096 (K = 512 to 4096), 0.75-1.25x (median 0.89) at B = 256, 1.10-1.86x
-// at B = 128 (the whole weight split and packed for few rows); at R*H = 24 and 32, 0.85-1.13x
-// from B = 512 (docs/performance/cpu.md, "float16 on AMX as bfloat16 parts"). Not measured with
-// x's slices or the weight's rows along a stride (the backward's views), which it splits one
-// element at a time.
-constexpr std::int64_t kSplitMinRows = 512;
+// kernels alternating in one process (docs/performance/cpu.md, "float16 on AMX as bfloat16
+// parts"). On the 2-core AMX VM: 0.60-0.98x the engine's time from B = 512 at R*H = 48 to 4096
+// (K = 512 to 4096), 0.75-1.25x (median 0.89) at B = 256, 1.10-1.86x at B = 128; at R*H = 24 and
+// 32, 0.85-1.13x from B = 512. On the GPU host's 16-core Xeon: 0.79-0.98x at B = 4096, but
+// 0.72-1.32x at 2048 and 1.04-1.86x at 512 and 1024. Below two 128-row blocks a thread, the
+// threads split each row block's outputs, and each such task splits its rows of x again: so from
+// 256 rows a thread. Not measured with x's slices or the weight's rows along a stride (the
+// backward's views), which it splits one element at a time.
+constexpr std::int64_t kSplitMinRowsPerThread = 256;
 constexpr std::int64_t kSplitMinReduction = 48;
 // Where the dot kernel issues slower than the float32 FMA (bf16_dot_packed_beats_engine), its
 // packed path still beats the engine on fewer rows than this, or this little work.
@@ -1073,9 +1075,11 @@ bool bf16_dot_beats_amx(const Problem& p) {
 
 bool engine_beats_amx(const Problem& p) { return p.RH <= kEngineBeatsAmxReduction; }
 
+std::int64_t amx_split_min_rows() { return kSplitMinRowsPerThread * omp_get_max_threads(); }
+
 bool amx_split_beats_engine(const Problem& p) {
-  return p.dtype == DType::float16 && amx_bf16_supported() && p.B >= kSplitMinRows && p.RH >= kSplitMinReduction &&
-         p.x_stride_h == 1 && p.weight_stride_c == 1;
+  return p.dtype == DType::float16 && amx_bf16_supported() && p.B >= amx_split_min_rows() &&
+         p.RH >= kSplitMinReduction && p.x_stride_h == 1 && p.weight_stride_c == 1;
 }
 
 void run_bf16_dot(const Problem& p) {

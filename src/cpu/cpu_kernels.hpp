@@ -48,9 +48,10 @@ bool bf16_dot_reads_weight_in_place(const Problem& p);
 bool bf16_dot_beats_amx(const Problem& p);
 // True where the float32 engine beats AMX on a bfloat16 problem: reductions of up to 16.
 bool engine_beats_amx(const Problem& p);
-// True where AMX's float16 split beats the float32 engine: 512 rows or more, a reduction of 48 or
-// more, x's slices and the weight's rows along unit strides.
+// True where AMX's float16 split beats the float32 engine: 256 rows a thread or more, a reduction
+// of 48 or more, x's slices and the weight's rows along unit strides.
 bool amx_split_beats_engine(const Problem& p);
+std::int64_t amx_split_min_rows();  // 256 a thread of OpenMP's
 // True where the dot kernel's packed path outruns the float32 engine on bfloat16 widened to float32:
 // on AMD's processors always, on Intel's (VDPBF16PS at a quarter of the FMA's issue rate) for few
 // rows or little work.
