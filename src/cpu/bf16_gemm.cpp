@@ -125,11 +125,11 @@ constexpr std::int64_t kEngineBeatsAmxReduction = 16;
 // kernels alternating in one process (docs/performance/cpu.md, "float16 on AMX as bfloat16
 // parts"). On the 2-core AMX VM: 0.60-0.98x the engine's time from B = 512 at R*H = 48 to 4096
 // (K = 512 to 4096), 0.75-1.25x (median 0.89) at B = 256, 1.10-1.86x at B = 128; at R*H = 24 and
-// 32, 0.85-1.13x from B = 512. On the GPU host's 16-core Xeon: 0.79-0.98x at B = 4096, but
-// 0.72-1.32x at 2048 and 1.04-1.86x at 512 and 1024. Below two 128-row blocks a thread, the
-// threads split each row block's outputs, and each such task splits its rows of x again: so from
-// 256 rows a thread. Not measured with x's slices or the weight's rows along a stride (the
-// backward's views), which it splits one element at a time.
+// 32, 0.85-1.13x from B = 512. On the GPU host's 16-core Xeon: 1.04-1.86x at 512 and 1024 rows,
+// 0.72-1.32x at 2048, 0.77-1.11x (median 0.87, over two runs) at 4096 and 8192. Below two 128-row
+// blocks a thread, the threads split each row block's outputs, and each such task splits its rows
+// of x again: so from 256 rows a thread. Not measured with x's slices or the weight's rows along a
+// stride (the backward's views), which it splits one element at a time.
 constexpr std::int64_t kSplitMinRowsPerThread = 256;
 constexpr std::int64_t kSplitMinReduction = 48;
 // Where the dot kernel issues slower than the float32 FMA (bf16_dot_packed_beats_engine), its
