@@ -42,7 +42,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -428,7 +428,8 @@ void interleave_runs_12(const BFloat16* low, const BFloat16* high, int rows, std
 
 // float16 values v[i] (i < n, unit stride) split into bfloat16 hi[i] = v rounded to nearest even
 // and lo[i] = v - hi[i], which is exact: v's 11 significant bits are hi's 8 and at most 4 more.
-// False where some v is infinite or NaN (nothing is promised of hi and lo then).
+// A null hi or lo is not written. False where some v is infinite or NaN (nothing is promised of
+// hi and lo then).
 #pragma GCC target("avx512f,avx512bw,avx512vl")
 bool split_half_row(const Half* v, std::int64_t n, BFloat16* hi, BFloat16* lo) {
   __mmask16 special = 0;
@@ -443,8 +444,8 @@ bool split_half_row(const Half* v, std::int64_t n, BFloat16* hi, BFloat16* lo) {
     const __m512i high = _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))),
                                           _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
     const __m512i low = _mm512_castps_si512(_mm512_sub_ps(value, _mm512_castsi512_ps(high)));
-    _mm256_mask_storeu_epi16(hi + i, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(high, 16)));
-    _mm256_mask_storeu_epi16(lo + i, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(low, 16)));
+    if (hi) _mm256_mask_storeu_epi16(hi + i, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(high, 16)));
+    if (lo) _mm256_mask_storeu_epi16(lo + i, mask, _mm512_cvtepi32_epi16(_mm512_srli_epi32(low, 16)));
   }
   return special == 0;
 }
@@ -489,6 +490,18 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, std::int64_t dept
         const std::int64_t c = 2 * q + t;
         out[(q * kPanel + j) * 2 + t] = j < valid && c < p.RH ? rows[j][c * p.weight_stride_c] : BFloat16{};
       }
+}
+
+// f(offset, done, run) for each run of A's reduction indices [c, c + count) that one slice of x
+// holds: `run` indices from index c + done, at `offset` elements from x's row (x_stride_h apart).
+template <class F>
+void for_each_slice_run(const Problem& p, std::int64_t c, std::int64_t count, F f) {
+  std::int64_t r = c / std::max<std::int64_t>(p.H, 1), h = c - r * p.H;
+  for (std::int64_t done = 0; done < count; ++r, h = 0) {
+    const std::int64_t run = std::min(p.H - h, count - done);  // rest of slice r
+    f(r * p.x_stride_r + h * p.x_stride_h, done, run);
+    done += run;
+  }
 }
 
 // Rows [b0, b0 + rows) x reduction [c0, c0 + depth) of A gathered from x, row-major with row
@@ -536,18 +549,15 @@ void gather_rows(const Problem& p, std::int64_t b0, int rows, int padded_rows, s
     BFloat16* dst = out + static_cast<std::int64_t>(i) * lda;
     const int real = i < rows ? static_cast<int>(std::clamp<std::int64_t>(p.RH - c0, 0, depth)) : 0;
     const BFloat16* row = x + (b0 + i) * p.x_stride_b;
-    std::int64_t r = c0 / std::max<std::int64_t>(p.H, 1), h = c0 - r * p.H;
-    for (int done = 0; done < real; ++r, h = 0) {
-      const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, real - done));  // rest of slice r
-      const BFloat16* src = row + r * p.x_stride_r + h * p.x_stride_h;
+    for_each_slice_run(p, c0, real, [&](std::int64_t offset, std::int64_t done, std::int64_t run) {
+      const BFloat16* src = row + offset;
       // Short slices element by element: with a copy call for each slice of 1 or 3 elements,
       // (32, 512, 1, 2048) and (64, 256, 3, 512) had taken 1.26x and 1.11x the time.
       if (p.x_stride_h == 1 && run >= kCopyCallMinElements)
         std::memcpy(dst + done, src, static_cast<std::size_t>(run) * sizeof(BFloat16));
       else
-        for (int t = 0; t < run; ++t) dst[done + t] = src[t * p.x_stride_h];
-      done += run;
-    }
+        for (std::int64_t t = 0; t < run; ++t) dst[done + t] = src[t * p.x_stride_h];
+    });
     std::memset(dst + real, 0, static_cast<std::size_t>(depth - real) * sizeof(BFloat16));
   }
 }
@@ -900,25 +910,20 @@ void run_amx_tiles(const Problem& p) {
       [&](std::int64_t k_first, BFloat16* out) { pack_weight_panel(p, k_first, depth, out); });
 }
 
-// One float16 value split as split_half_row splits them; false if it is infinite or NaN.
-bool split_half(Half v, BFloat16& hi, BFloat16& lo) {
-  const float value = to_float(v);
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  const std::uint32_t high = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-  hi.bits = static_cast<std::uint16_t>(high >> 16);
-  lo.bits = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value - std::bit_cast<float>(high)) >> 16);
-  return (bits & 0x7f800000u) != 0x7f800000u;
-}
-
-// n float16 values from `v` at `stride` split into hi and lo; false if any is infinite or NaN.
+// n float16 values from `v` at `stride` split as split_half_row splits them (a null hi or lo is
+// not written); false if any is infinite or NaN.
 bool split_half_run(const Half* v, std::int64_t stride, std::int64_t n, BFloat16* hi, BFloat16* lo) {
   if (stride == 1) return split_half_row(v, n, hi, lo);
   bool finite = true;
-  for (std::int64_t i = 0; i < n; ++i) finite &= split_half(v[i * stride], hi[i], lo[i]);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float value = to_float(v[i * stride]);
+    const BFloat16 high = to_bfloat16(value);
+    if (hi) hi[i] = high;
+    if (lo) lo[i] = to_bfloat16(value - to_float(high));  // exact
+    finite &= std::isfinite(value);
+  }
   return finite;
 }
-
-thread_local Scratch discarded_part_scratch;
 
 // float16 on AMX, whose tiles multiply bfloat16 only. Each float16 v splits exactly into bfloat16
 // parts hi + lo (split_half_row), and x*w = hx*hw + hx*lw + lx*hw + lx*lw: the first three products
@@ -940,10 +945,9 @@ void run_amx_split(const Problem& p) {
     for (int s = 0; s < 3; ++s) {
       const std::int64_t begin = std::max(c0, s * RH), end = std::min(c0 + n, (s + 1) * RH);
       if (begin >= end) continue;
-      auto* discarded = static_cast<BFloat16*>(discarded_part_scratch.bytes(static_cast<std::size_t>(end - begin) * 2));
       BFloat16* dst = out + (begin - c0);
-      if (!(parts[s] == 0 ? split_run(begin - s * RH, end - begin, dst, discarded)
-                          : split_run(begin - s * RH, end - begin, discarded, dst)))
+      if (!(parts[s] == 0 ? split_run(begin - s * RH, end - begin, dst, nullptr)
+                          : split_run(begin - s * RH, end - begin, nullptr, dst)))
         special.store(true, std::memory_order_relaxed);
     }
     if (c0 + n > split) {
@@ -964,13 +968,10 @@ void run_amx_split(const Problem& p) {
                 split_row(kX, c0, slice, out + static_cast<std::int64_t>(i) * lda,
                           [&](std::int64_t c, std::int64_t count, BFloat16* hi, BFloat16* lo) {
                             bool finite = true;
-                            std::int64_t r = c / std::max<std::int64_t>(p.H, 1), h = c - r * p.H;
-                            for (std::int64_t done = 0; done < count; ++r, h = 0) {  // slice r's runs
-                              const std::int64_t run = std::min(p.H - h, count - done);
-                              finite &= split_half_run(row + r * p.x_stride_r + h * p.x_stride_h, p.x_stride_h, run,
-                                                       hi + done, lo + done);
-                              done += run;
-                            }
+                            for_each_slice_run(p, c, count, [&](std::int64_t offset, std::int64_t done, std::int64_t run) {
+                              finite &= split_half_run(row + offset, p.x_stride_h, run, hi ? hi + done : nullptr,
+                                                       lo ? lo + done : nullptr);
+                            });
                             return finite;
                           });
               }
