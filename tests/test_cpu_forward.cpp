@@ -135,6 +135,12 @@ TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
       }
 }
 
+// The kernel the CPU dispatcher chooses for a fresh problem of case c (its registry name).
+std::string_view chosen_kernel(const Case& c) {
+  Operands o = make_operands(c, 3);
+  return cpu::choose_kernel(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), {}).info.name;
+}
+
 // The AMX kernel: chosen for bfloat16 where the processor has AMX-BF16 (but for reductions of up
 // to 16), refused by name otherwise (another dtype, or a processor without it).
 TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
@@ -146,28 +152,20 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
                                                                              : "cpu_gather_gemm");
   if (cpu::amx_bf16_supported()) {
     // Reductions of up to 16 cost AMX a whole 32-deep tile multiply: the engine takes them.
-    const auto chosen = [](const Case& c) {
-      Operands o = make_operands(c, 3);
-      return cpu::choose_kernel(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), {}).info.name;
-    };
-    EXPECT_EQ(chosen({{4, 64, 4, 256}, DType::bfloat16, Layout::head_major, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{1, 1055, 1, 419}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{1, 64, 17, 256}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
+    EXPECT_EQ(chosen_kernel({{4, 64, 4, 256}, DType::bfloat16, Layout::head_major, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{1, 1055, 1, 419}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{1, 64, 17, 256}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
   }
   {
     // float16 as bfloat16 parts on AMX from 256 rows a thread and a reduction of 48, along unit
     // strides.
-    const auto chosen = [](const Case& c) {
-      Operands o = make_operands(c, 3);
-      return cpu::choose_kernel(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), {}).info.name;
-    };
     const char* split = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_gather_gemm";
     const std::int64_t rows = cpu::amx_split_min_rows();
-    EXPECT_EQ(chosen({{1, rows, 48, 64}, DType::float16, Layout::contiguous, true}), split);
-    EXPECT_EQ(chosen({{4, rows, 16, 64}, DType::float16, Layout::head_major, true}), split);
-    EXPECT_EQ(chosen({{1, rows - 1, 48, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{1, rows, 47, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{4, rows, 16, 64}, DType::float16, Layout::strided, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{1, rows, 48, 64}, DType::float16, Layout::contiguous, true}), split);
+    EXPECT_EQ(chosen_kernel({{4, rows, 16, 64}, DType::float16, Layout::head_major, true}), split);
+    EXPECT_EQ(chosen_kernel({{1, rows - 1, 48, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{1, rows, 47, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{4, rows, 16, 64}, DType::float16, Layout::strided, true}), "cpu_gather_gemm");
   }
   Options options;
   options.kernel = "cpu_amx_bf16";
@@ -272,28 +270,24 @@ TEST(CpuForwardAmx, RoundsLikeToBfloat16AndToHalf) {
 // pairs or its rows sit side by side (else the engine), and refused by name otherwise.
 TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOtherwise) {
   const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
-  const auto chosen = [](const Case& c) {
-    Operands o = make_operands(c, 3);
-    return cpu::choose_kernel(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view), {}).info.name;
-  };
   if (!cpu::amx_bf16_supported()) {
-    EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::head_major, true}),
+    EXPECT_EQ(chosen_kernel({{4, 12, 32, 56}, DType::bfloat16, Layout::head_major, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::contiguous, true}),
+    EXPECT_EQ(chosen_kernel({{4, 12, 31, 56}, DType::bfloat16, Layout::contiguous, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");  // odd H, but a short batch
-    EXPECT_EQ(chosen({{4, 24, 31, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // odd H
-    EXPECT_EQ(chosen({{4, 24, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
+    EXPECT_EQ(chosen_kernel({{4, 24, 31, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // odd H
+    EXPECT_EQ(chosen_kernel({{4, 24, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     // Past 16 rows, the packed path: the dot kernel's where it outruns the engine, on every
     // processor for few rows and little work, on AMD's for any.
-    EXPECT_EQ(chosen({{4, 24, 32, 56}, DType::bfloat16, Layout::contiguous, true}),
+    EXPECT_EQ(chosen_kernel({{4, 24, 32, 56}, DType::bfloat16, Layout::contiguous, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
-    EXPECT_EQ(chosen({{4, 256, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
+    EXPECT_EQ(chosen_kernel({{4, 256, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     const Case large{{8, 64, 128, 512}, DType::bfloat16, Layout::contiguous, true};
 #if defined(__x86_64__)
-    EXPECT_EQ(chosen(large), dot && __builtin_cpu_is("amd") ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel(large), dot && __builtin_cpu_is("amd") ? "cpu_bf16_dot" : "cpu_gather_gemm");
 #endif
   }
   // Without AMX, short batches (up to 16 rows) read the weight in place on the dot kernel, whether
@@ -302,20 +296,20 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
   // more.
   if (cpu::bf16_dot_supported()) {
     const std::string kernel = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_bf16_dot";
-    EXPECT_EQ(chosen({{8, 1, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
-    EXPECT_EQ(chosen({{8, 1, 63, 1056}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");
-    EXPECT_EQ(chosen({{8, 1, 64, 512}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
-    EXPECT_EQ(chosen({{8, 4, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
-    EXPECT_EQ(chosen({{8, 5, 64, 1024}, DType::bfloat16, Layout::strided, true}), kernel);
-    EXPECT_EQ(chosen({{8, 16, 64, 1024}, DType::bfloat16, Layout::strided, false}), kernel);
+    EXPECT_EQ(chosen_kernel({{8, 1, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen_kernel({{8, 1, 63, 1056}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen_kernel({{8, 1, 64, 512}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen_kernel({{8, 4, 64, 1024}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");
+    EXPECT_EQ(chosen_kernel({{8, 5, 64, 1024}, DType::bfloat16, Layout::strided, true}), kernel);
+    EXPECT_EQ(chosen_kernel({{8, 16, 64, 1024}, DType::bfloat16, Layout::strided, false}), kernel);
     if (!cpu::amx_bf16_supported()) {
-      EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");  // whole vectors
-      EXPECT_EQ(chosen({{4, 12, 33, 56}, DType::bfloat16, Layout::b_unit, true}), "cpu_bf16_dot");   // packs fast
-      EXPECT_EQ(chosen({{3, 12, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");  // a tail
-      EXPECT_EQ(chosen({{3, 17, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
+      EXPECT_EQ(chosen_kernel({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");  // whole vectors
+      EXPECT_EQ(chosen_kernel({{4, 12, 33, 56}, DType::bfloat16, Layout::b_unit, true}), "cpu_bf16_dot");   // packs fast
+      EXPECT_EQ(chosen_kernel({{3, 12, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");  // a tail
+      EXPECT_EQ(chosen_kernel({{3, 17, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
     }
   }
-  EXPECT_EQ(chosen({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
+  EXPECT_EQ(chosen_kernel({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
   Options options;
   options.kernel = "cpu_bf16_dot";
   if (!cpu::bf16_dot_supported()) {
