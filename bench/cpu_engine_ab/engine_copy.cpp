@@ -1,8 +1,9 @@
 // One copy of the CPU engine for cpu_engine_ab.sh: compiled with -Dgather_linear=<namespace>
 // beside that copy's gather_gemm.cpp, bf16_gemm.cpp and error.cpp, so that two copies (two source
 // trees) link into one program. ENGINE_ENTRY names the C entry point the timing program calls; the
-// environment's KERNEL picks what it runs: the SIMD engine (engine, the default), or for bfloat16
-// AMX (amx) or the AVX512-BF16 dot products (dot).
+// environment's KERNEL picks what it runs: the SIMD engine (engine, the default; avx2 or portable:
+// its build for that instruction set), or for bfloat16 AMX (amx) or the AVX512-BF16 dot products
+// (dot).
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -27,6 +28,10 @@ extern "C" void ENGINE_ENTRY(const void* problem) {
     gather_linear::cpu::run_amx_bf16(p);
   else if (kernel == "dot")
     gather_linear::cpu::run_bf16_dot(p);
+  else if (kernel == "avx2")
+    gather_linear::cpu::run_gather_gemm(p, gather_linear::cpu::SimdLevel::avx2);
+  else if (kernel == "portable")
+    gather_linear::cpu::run_gather_gemm(p, gather_linear::cpu::SimdLevel::portable);
   else
     gather_linear::cpu::run_gather_gemm(p);
 }

@@ -5,7 +5,7 @@
 # validation; x contiguous, with a bias.
 #   bench/cpu_engine_ab/run.sh BASE_REV R,B,H,K[,f32|f64|f16|bf16] ...     env: PAIRS (40), OMP_NUM_THREADS,
 #   MODE (forward; grad_x or grad_weight: the backward's problem for that gradient, x head-major),
-#   KERNEL (engine; amx or dot: bfloat16's kernels)
+#   KERNEL (engine, or its avx2 or portable build; amx or dot: bfloat16's kernels)
 # One CSV row a shape: R,B,H,K,dtype,pairs,base_us,working_us,ratio_q25,ratio_median,ratio_q75,
 # outputs (ratio: the working tree's time over the base's in each pair; "same" where both wrote the
 # same bits). A revision against an unchanged tree measures the noise.

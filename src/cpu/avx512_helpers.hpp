@@ -2,7 +2,7 @@
 // target (callers run them only where the processor has AVX-512):
 // - a 16 x 16 transposition of 32-bit words, for packing: the SIMD engine's weight panels and
 //   gathered rows (one word a float), and the AMX kernel's weight panels and transposed gathers
-//   (one word a pair of bfloat16);
+//   (one word a pair of bfloat16), and one of 8 x 8 64-bit words for float64's;
 // - 16-wide conversions between float32 and the 16-bit types, exact on the way in and rounded
 //   as to_half and to_bfloat16 round on the way out (core/numeric.hpp), for packing and epilogues.
 #pragma once
@@ -58,6 +58,35 @@ inline void transpose_words_16x16(const std::uint32_t* const rows[16], std::uint
     store(4 + m, _mm512_shuffle_i32x4(c1, d1, 0x88));
     store(8 + m, _mm512_shuffle_i32x4(c0, d0, 0xdd));
     store(12 + m, _mm512_shuffle_i32x4(c1, d1, 0xdd));
+  }
+}
+
+// out[q * out_stride + j] = rows[j][q] for q < 8 and j < lanes: the same for 8 rows of 8 64-bit
+// words (a float64 a word), one round of interleaving within 128-bit lanes, then two of lane
+// shuffles.
+inline void transpose_doublewords_8x8(const double* const rows[8], double* out, std::int64_t out_stride,
+                                      int lanes = 8) {
+  __m512d r[8], a[8];
+  for (int j = 0; j < 8; ++j) r[j] = rows[j] ? _mm512_loadu_pd(rows[j]) : _mm512_setzero_pd();
+  for (int i = 0; i < 4; ++i) {  // a[2i + s], lane L: rows 2i and 2i+1 of word 2L + s
+    a[2 * i] = _mm512_unpacklo_pd(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_pd(r[2 * i], r[2 * i + 1]);
+  }
+  const __mmask8 mask = static_cast<__mmask8>((1u << lanes) - 1u);
+  const auto store = [&](int q, __m512d v) {
+    if (lanes == 8)
+      _mm512_storeu_pd(out + q * out_stride, v);
+    else
+      _mm512_mask_storeu_pd(out + q * out_stride, mask, v);
+  };
+  for (int s = 0; s < 2; ++s) {
+    const __m512d c0 = _mm512_shuffle_f64x2(a[s], a[2 + s], 0x88), c1 = _mm512_shuffle_f64x2(a[s], a[2 + s], 0xdd);
+    const __m512d d0 = _mm512_shuffle_f64x2(a[4 + s], a[6 + s], 0x88);
+    const __m512d d1 = _mm512_shuffle_f64x2(a[4 + s], a[6 + s], 0xdd);
+    store(0 + s, _mm512_shuffle_f64x2(c0, d0, 0x88));
+    store(2 + s, _mm512_shuffle_f64x2(c1, d1, 0x88));
+    store(4 + s, _mm512_shuffle_f64x2(c0, d0, 0xdd));
+    store(6 + s, _mm512_shuffle_f64x2(c1, d1, 0xdd));
   }
 }
 

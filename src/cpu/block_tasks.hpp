@@ -44,6 +44,16 @@ inline std::int64_t groups_for_threads(std::int64_t B, std::int64_t row_block) {
   return ceil_div(2 * omp_get_max_threads(), ceil_div(B, row_block));
 }
 
+// The blocks of rows for_each_block_task cuts B into.
+inline std::int64_t block_task_row_blocks(std::int64_t B, std::int64_t row_block, std::int64_t row_granule,
+                                          std::int64_t groups, bool parallel) {
+  const std::int64_t granules = ceil_div(B, row_granule);
+  std::int64_t row_blocks = ceil_div(B, row_block);
+  if (parallel)
+    while ((row_blocks * groups) % omp_get_max_threads() != 0 && row_blocks < granules) ++row_blocks;
+  return row_blocks;
+}
+
 // Calls task(b0, rows, first_panel, panels) for the B rows of y in blocks of at most row_block
 // rows, cut on multiples of row_granule, and panels [first_panel, first_panel + panels) of the
 // block's `panels_total`, in `groups` groups (the last may be smaller). Runs on the OpenMP
@@ -53,9 +63,7 @@ template <class Task>
 void for_each_block_task(std::int64_t B, std::int64_t row_block, std::int64_t row_granule, std::int64_t panels_total,
                          std::int64_t groups, bool parallel, Task&& task) {
   const std::int64_t granules = ceil_div(B, row_granule);
-  std::int64_t row_blocks = ceil_div(B, row_block);
-  if (parallel)
-    while ((row_blocks * groups) % omp_get_max_threads() != 0 && row_blocks < granules) ++row_blocks;
+  const std::int64_t row_blocks = block_task_row_blocks(B, row_block, row_granule, groups, parallel);
   const std::int64_t panels_per_group = ceil_div(panels_total, groups);
 #pragma omp parallel for if (parallel) schedule(dynamic, 1)
   for (std::int64_t t = 0; t < row_blocks * groups; ++t) {

@@ -44,7 +44,7 @@ struct Engine {
   EngineTiling tiling;
   void (*pack_weight_panel)(const Problem& p, std::int64_t k_first, void* out);
   void (*compute_tile)(const Problem& p, const void* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
-                       std::int64_t k0, int nc, void* a_buf, void* c_buf);
+                       std::int64_t k0, int nc, void* a_buf, void* b_buf, void* c_buf);
   void (*direct_rows)(const Problem& p, void* row_buf);
   void (*row_block)(const Problem& p, std::int64_t b0, int rows, void* rows_buf);
 };
@@ -92,7 +92,7 @@ Engine engine_for(SimdLevel level) {
   return portable::engine<In>();
 }
 
-thread_local Scratch packed_weight_scratch, a_scratch, c_scratch;
+thread_local Scratch packed_weight_scratch, a_scratch, b_scratch, c_scratch;
 
 // The direct path and row blocks pad each gathered row of A to whole vectors: at most this many
 // accumulators, whatever the engine's vector width.
@@ -199,17 +199,23 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
   const std::int64_t panel_elems = std::max<std::int64_t>(p.RH, 1) * NR;
   const std::int64_t panels_per_block =
       std::clamp<std::int64_t>(kPackedWeightBlockBytes / (panel_elems * std::int64_t{sizeof(Acc)}), 1, panels_total);
-  auto* packed = static_cast<Acc*>(
-      packed_weight_scratch.bytes(static_cast<std::size_t>(panels_per_block * panel_elems) * sizeof(Acc)));
-
   for (std::int64_t panel0 = 0; panel0 < panels_total; panel0 += panels_per_block) {
     const std::int64_t panels = std::min(panels_per_block, panels_total - panel0);
     const std::int64_t k_block0 = panel0 * NR;
-#pragma omp parallel for if (parallel) schedule(static)
-    for (std::int64_t q = 0; q < panels; ++q) e.pack_weight_panel(p, k_block0 + q * NR, packed + q * panel_elems);
-
     // Enough tasks for every thread even when B is small: split the block's columns too.
     const std::int64_t groups = parallel ? std::clamp<std::int64_t>(groups_for_threads(p.B, MC), 1, panels) : 1;
+    // Where one block of rows reads every panel, nothing reads a packed panel twice: each task
+    // packs a panel's slice just before its micro-kernels (into L1) rather than the whole block
+    // being packed beforehand, written out and read back. With 21 to 96 rows that took 0.72-0.92x
+    // the time on the 2-core AMX VM (docs/performance/cpu.md, "Packing inside the tasks").
+    const bool pack_in_tasks = block_task_row_blocks(p.B, MC, MR, groups, parallel) == 1;
+    Acc* packed = nullptr;
+    if (!pack_in_tasks) {
+      packed = static_cast<Acc*>(
+          packed_weight_scratch.bytes(static_cast<std::size_t>(panels_per_block * panel_elems) * sizeof(Acc)));
+#pragma omp parallel for if (parallel) schedule(static)
+      for (std::int64_t q = 0; q < panels; ++q) e.pack_weight_panel(p, k_block0 + q * NR, packed + q * panel_elems);
+    }
     for_each_block_task(p.B, MC, MR, panels, groups, parallel,
                         [&](std::int64_t b0, int mc, std::int64_t first_panel, std::int64_t group_panels) {
                           const std::int64_t k0 = k_block0 + first_panel * NR;
@@ -217,8 +223,10 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
                           const std::size_t c_elems = static_cast<std::size_t>(ceil_div(mc, MR) * MR) *
                                                       static_cast<std::size_t>(ceil_div(nc, NR) * NR);
                           void* a_buf = a_scratch.bytes(static_cast<std::size_t>(MC) * KC * sizeof(Acc));
+                          void* b_buf = pack_in_tasks ? b_scratch.bytes(static_cast<std::size_t>(KC) * NR * sizeof(Acc))
+                                                      : nullptr;
                           void* c_buf = c_scratch.bytes(c_elems * sizeof(Acc));
-                          e.compute_tile(p, packed, k_block0, b0, mc, k0, nc, a_buf, c_buf);
+                          e.compute_tile(p, packed, k_block0, b0, mc, k0, nc, a_buf, b_buf, c_buf);
                         });
   }
 }

@@ -19,6 +19,11 @@ struct Tiling {
   static constexpr int MR = GATHER_GEMM_MR;           // rows of a micro-tile
   static constexpr int KC = 256;                      // reduction slice: an NR panel slice stays in L1
   static constexpr int MC = MR * 8;                   // rows per packed A block: stays in L2
+  // A reduction of one slice stores its tiles to y this many bytes of them at a time (they stay
+  // in L2), not all of a task's at the end: 0.65-0.89x the time on short reductions of 512 to
+  // 4096 rows on the 2-core AMX VM (64 KB 0.86-0.93x, 1 MB 0.67-0.96x; one 128-byte panel at a
+  // time had taken 1.9x at (1, 4096, 64, 2048), y's rows being 8 KB apart).
+  static constexpr std::int64_t kStoreChunkBytes = std::int64_t{256} << 10;
   // The direct path pays only with reductions long enough for its lane sums (gather_gemm.cpp):
   // R*H >= 2B where its 4 x 4 tiles stay in AVX-512's 32 registers, 8B elsewhere (on AVX2 also
   // with the 4 x 3 tiles below: packed over direct time 0.77-1.15 at R*H = 8B, B = 16 to 128).
@@ -247,34 +252,45 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
     }
 }
 
-// One NR-wide panel of weight rows starting at output k_first, all RH columns, zero-padded past
-// K. Walking c in the outer loop keeps the stores contiguous; the NR rows being read stay in L1.
+// One NR-wide panel of weight rows starting at output k_first, columns [c_first, c_end) (out
+// holds column c_first first), zero-padded past K. Walking c in the outer loop keeps the stores
+// contiguous; the NR rows being read stay in L1.
 template <class In, class Acc>
-void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict out) {
+void pack_weight_panel(const Problem& p, std::int64_t k_first, std::int64_t c_first, std::int64_t c_end,
+                       Acc* __restrict out) {
   constexpr int NR = Tiling<Acc>::NR;
   const In* rows[NR];
   const int valid = static_cast<int>(std::min<std::int64_t>(NR, p.K - k_first));
   for (int j = 0; j < valid; ++j) rows[j] = static_cast<const In*>(p.weight) + (k_first + j) * p.weight_stride_k;
   const std::int64_t stride_c = p.weight_stride_c;  // 1, except in the backward's transposed views
-  std::int64_t c = 0;
+  std::int64_t c = c_first;
 #if GATHER_GEMM_AVX512
   // Rows along a unit stride: 16 x 16 blocks transposed in registers (one element at a time,
   // packing took about a tenth of a call whose batch is short).
   if constexpr (kLoads16AsFloat<In> && NR % 16 == 0)
     if (stride_c == 1)
-      for (; c + 16 <= p.RH; c += 16)
+      for (; c + 16 <= c_end; c += 16)
         for (int j0 = 0; j0 < NR; j0 += 16) {
           const std::uint32_t* words[16] = {};
           alignas(64) float widened[16][16];
           for (int j = j0; j < std::min(j0 + 16, valid); ++j) words[j - j0] = float_words(rows[j] + c, widened[j - j0]);
-          transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + c * NR + j0), NR);
+          transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + (c - c_first) * NR + j0), NR);
+        }
+  // float64 rows along a unit stride: 8 x 8 blocks.
+  if constexpr (std::is_same_v<In, double> && NR % 8 == 0)
+    if (stride_c == 1)
+      for (; c + 8 <= c_end; c += 8)
+        for (int j0 = 0; j0 < NR; j0 += 8) {
+          const double* block[8] = {};
+          for (int j = j0; j < std::min(j0 + 8, valid); ++j) block[j - j0] = rows[j] + c;
+          transpose_doublewords_8x8(block, out + (c - c_first) * NR + j0, NR);
         }
 #elif GATHER_GEMM_AVX2
   // float32 and 16-bit rows along a unit stride: 8 x 8 blocks (16-bit ones widened 8 at a time)
   // transposed in registers.
   if constexpr ((std::is_same_v<In, float> || kLoads8AsFloat<In>) && std::is_same_v<Acc, float> && NR % 8 == 0)
     if (stride_c == 1)
-      for (; c + 8 <= p.RH; c += 8)
+      for (; c + 8 <= c_end; c += 8)
         for (int j0 = 0; j0 < NR; j0 += 8) {
           __m256 block[8];
           for (int j = 0; j < 8; ++j) {
@@ -285,24 +301,24 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
             else
               block[j] = load8_as_float(rows[j0 + j] + c);
           }
-          transpose_8x8_ps(block, out + c * NR + j0, NR);
+          transpose_8x8_ps(block, out + (c - c_first) * NR + j0, NR);
         }
   // float64 rows along a unit stride: 4 x 4 blocks transposed in registers.
   if constexpr (std::is_same_v<In, double> && NR % 4 == 0)
     if (stride_c == 1)
-      for (; c + 4 <= p.RH; c += 4)
+      for (; c + 4 <= c_end; c += 4)
         for (int j0 = 0; j0 < NR; j0 += 4) {
           __m256d block[4];
           for (int j = 0; j < 4; ++j)
             block[j] = j0 + j < valid ? _mm256_loadu_pd(rows[j0 + j] + c) : _mm256_setzero_pd();
-          transpose_4x4_pd(block, out + c * NR + j0, NR);
+          transpose_4x4_pd(block, out + (c - c_first) * NR + j0, NR);
         }
 #endif
   if (p.weight_stride_k == 1 && stride_c != 1) {
     // Rows side by side (the backward's transposed views): each step of the panel is one
     // contiguous run of `valid` elements.
-    for (; c < p.RH; ++c) {
-      Acc* dst = out + c * NR;
+    for (; c < c_end; ++c) {
+      Acc* dst = out + (c - c_first) * NR;
       const In* src = rows[0] + c * stride_c;
       if constexpr (std::is_same_v<In, Acc>)
         if (valid == NR) {
@@ -327,8 +343,8 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, Acc* __restrict o
     }
     return;
   }
-  for (; c < p.RH; ++c) {
-    Acc* dst = out + c * NR;
+  for (; c < c_end; ++c) {
+    Acc* dst = out + (c - c_first) * NR;
     if (stride_c == 1)
       for (int j = 0; j < valid; ++j) dst[j] = widen_one<Acc>(rows[j][c]);
     else
@@ -407,6 +423,30 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
       }
       return;
     }
+  // float64: the panel's rows 8 at a time x 8 columns.
+  if constexpr (std::is_same_v<In, double>)
+    if (p.x_stride_h == 1) {
+      for (int i0 = 0; i0 < mc; i0 += MR) {
+        Acc* panel = out + (i0 / MR) * kc * MR;
+        const int rows = std::min(MR, mc - i0);
+        std::int64_t r = c0 / p.H, h = c0 % p.H;
+        for (int kk = 0; kk < kc; ++r, h = 0) {
+          const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
+          const In* src = x + (b0 + i0) * p.x_stride_b + r * p.x_stride_r + h;
+          int t = 0;
+          for (; t + 8 <= run; t += 8)
+            for (int i1 = 0; i1 < MR; i1 += 8) {
+              const double* block[8] = {};  // rows past mc read as zeros
+              for (int i = i1; i < std::min(i1 + 8, rows); ++i) block[i - i1] = src + i * p.x_stride_b + t;
+              transpose_doublewords_8x8(block, panel + (kk + t) * MR + i1, MR, std::min(8, MR - i1));
+            }
+          for (; t < run; ++t)
+            for (int i = 0; i < MR; ++i) panel[(kk + t) * MR + i] = i < rows ? src[i * p.x_stride_b + t] : Acc(0);
+          kk += run;
+        }
+      }
+      return;
+    }
 #endif
   if (p.x_stride_b == 1) {
     // Rows side by side (the backward's grad_y^T, or an x stored (R, H, B)): each step is one
@@ -475,49 +515,79 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
   }
 }
 
+// y[b0 .. b0+mc, k_first .. k_first+n) = bias + c (row stride ldc), rounded to In.
+template <class In, class Acc>
+void store_rows(const Problem& p, const Acc* c, int ldc, std::int64_t b0, int mc, std::int64_t k_first, int n) {
+  const In* bias = static_cast<const In*>(p.bias);
+  In* y = static_cast<In*>(p.y);
+  for (int i = 0; i < mc; ++i) {
+    In* y_row = y + (b0 + i) * p.y_stride_b + k_first * p.y_stride_k;
+    const Acc* c_row = c + i * ldc;
+    const auto sum = [&](int j) { return round_one<In>(c_row[j] + (bias ? widen_one<Acc>(bias[k_first + j]) : Acc(0))); };
+#if GATHER_GEMM_AVX512
+    if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>)
+      if (p.y_stride_k == 1) {  // the compiler does not vectorize the rounding to 16 bits
+        round_row_from_float(c_row, bias ? bias + k_first : nullptr, y_row, n);
+        continue;
+      }
+#elif GATHER_GEMM_AVX2
+    if constexpr (kLoads8AsFloat<In>)
+      if (p.y_stride_k == 1) {  // the compiler does not vectorize the rounding to 16 bits
+        round_row8_from_float(c_row, bias ? bias + k_first : nullptr, y_row, n);
+        continue;
+      }
+#endif
+    if (p.y_stride_k == 1)  // the forward's: a loop the compiler vectorizes
+      for (int j = 0; j < n; ++j) y_row[j] = sum(j);
+    else
+      for (int j = 0; j < n; ++j) y_row[j * p.y_stride_k] = sum(j);
+  }
+}
+
 // y[b0 .. b0+mc, k0 .. k0+nc) = bias + A_rows * W_cols^T, reading the packed weight block that
-// starts at output k_block0. a_buf holds MC*KC and c_buf mc_padded*nc_padded accumulators.
+// starts at output k_block0, or with a null packed_weight packing each panel's slice into b_buf
+// just before its micro-kernels. a_buf holds MC*KC, b_buf KC*NR and c_buf mc_padded*nc_padded
+// accumulators.
 template <class In, class Acc>
 void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
-                  std::int64_t k0, int nc, Acc* __restrict a_buf, Acc* __restrict c_buf) {
+                  std::int64_t k0, int nc, Acc* __restrict a_buf, Acc* __restrict b_buf, Acc* __restrict c_buf) {
   using T = Tiling<Acc>;
   const int nc_padded = (nc + T::NR - 1) / T::NR * T::NR;
   const int mc_padded = (mc + T::MR - 1) / T::MR * T::MR;
+  const auto panel = [&](std::int64_t c0, int kc, int jr) {
+    if (packed_weight != nullptr) return packed_weight + ((k0 - k_block0 + jr) / T::NR) * p.RH * T::NR + c0 * T::NR;
+    pack_weight_panel<In, Acc>(p, k0 + jr, c0, c0 + kc, b_buf);
+    return static_cast<const Acc*>(b_buf);
+  };
+  if (p.RH > 0 && p.RH <= T::KC) {
+    // One slice: the tiles are stored to y a chunk of columns at a time, while the chunk's tiles
+    // are still in L2, rather than all of mc x nc being written out and read back.
+    const int kc = static_cast<int>(p.RH);
+    const int chunk = std::max(T::NR, static_cast<int>(T::kStoreChunkBytes / (mc_padded * sizeof(Acc))) / T::NR * T::NR);
+    pack_gathered_rows<In, Acc>(p, b0, mc, 0, kc, a_buf);
+    for (int j0 = 0; j0 < nc_padded; j0 += chunk) {
+      const int width = std::min(chunk, nc_padded - j0);
+      for (int jr = j0; jr < j0 + width; jr += T::NR) {
+        const Acc* b_panel = panel(0, kc, jr);
+        for (int ir = 0; ir < mc_padded; ir += T::MR)
+          micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * width + (jr - j0), width, false);
+      }
+      store_rows<In, Acc>(p, c_buf, width, b0, mc, k0 + j0, std::min(width, nc - j0));
+    }
+    return;
+  }
   // Every micro-tile of c_buf is written by the first slice: no clearing, unless there is none.
   if (p.RH == 0) std::memset(c_buf, 0, sizeof(Acc) * static_cast<std::size_t>(mc_padded) * nc_padded);
   for (std::int64_t c0 = 0; c0 < p.RH; c0 += T::KC) {
     const int kc = static_cast<int>(std::min<std::int64_t>(T::KC, p.RH - c0));
     pack_gathered_rows<In, Acc>(p, b0, mc, c0, kc, a_buf);
     for (int jr = 0; jr < nc_padded; jr += T::NR) {
-      const Acc* b_panel = packed_weight + ((k0 - k_block0 + jr) / T::NR) * p.RH * T::NR + c0 * T::NR;
+      const Acc* b_panel = panel(c0, kc, jr);
       for (int ir = 0; ir < mc_padded; ir += T::MR)
         micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0);
     }
   }
-  const In* bias = static_cast<const In*>(p.bias);
-  In* y = static_cast<In*>(p.y);
-  for (int i = 0; i < mc; ++i) {
-    In* y_row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
-    const Acc* c_row = c_buf + i * nc_padded;
-    const auto sum = [&](int j) { return round_one<In>(c_row[j] + (bias ? widen_one<Acc>(bias[k0 + j]) : Acc(0))); };
-#if GATHER_GEMM_AVX512
-    if constexpr (std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>)
-      if (p.y_stride_k == 1) {  // the compiler does not vectorize the rounding to 16 bits
-        round_row_from_float(c_row, bias ? bias + k0 : nullptr, y_row, nc);
-        continue;
-      }
-#elif GATHER_GEMM_AVX2
-    if constexpr (kLoads8AsFloat<In>)
-      if (p.y_stride_k == 1) {  // the compiler does not vectorize the rounding to 16 bits
-        round_row8_from_float(c_row, bias ? bias + k0 : nullptr, y_row, nc);
-        continue;
-      }
-#endif
-    if (p.y_stride_k == 1)  // the forward's: a loop the compiler vectorizes
-      for (int j = 0; j < nc; ++j) y_row[j] = sum(j);
-    else
-      for (int j = 0; j < nc; ++j) y_row[j * p.y_stride_k] = sum(j);
-  }
+  store_rows<In, Acc>(p, c_buf, nc_padded, b0, mc, k0, nc);
 }
 
 // Loads L consecutive inputs as accumulators (16-bit ones widened L at a time on AVX-512 and AVX2).
@@ -918,14 +988,14 @@ void row_block(const Problem& p, std::int64_t b0, int rows, Acc* __restrict rows
 // The non-template entry points the driver calls (instantiating the templates in this region).
 template <class In>
 void pack_weight_panel_for(const Problem& p, std::int64_t k_first, void* out) {
-  pack_weight_panel<In, AccumulatorOf<In>>(p, k_first, static_cast<AccumulatorOf<In>*>(out));
+  pack_weight_panel<In, AccumulatorOf<In>>(p, k_first, 0, p.RH, static_cast<AccumulatorOf<In>*>(out));
 }
 template <class In>
 void compute_tile_for(const Problem& p, const void* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
-                      std::int64_t k0, int nc, void* a_buf, void* c_buf) {
+                      std::int64_t k0, int nc, void* a_buf, void* b_buf, void* c_buf) {
   using Acc = AccumulatorOf<In>;
   compute_tile<In, Acc>(p, static_cast<const Acc*>(packed_weight), k_block0, b0, mc, k0, nc,
-                        static_cast<Acc*>(a_buf), static_cast<Acc*>(c_buf));
+                        static_cast<Acc*>(a_buf), static_cast<Acc*>(b_buf), static_cast<Acc*>(c_buf));
 }
 
 template <class In>
