@@ -175,17 +175,21 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
     EXPECT_EQ(chosen_kernel({{4, 64, 4, 256}, DType::bfloat16, Layout::head_major, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{1, 1055, 1, 419}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{1, 64, 17, 256}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
+    // So do up to 8 outputs, mostly padding in AMX's tiles.
+    EXPECT_EQ(chosen_kernel({{8, 1024, 128, 8}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{8, 1024, 128, 9}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
   }
   {
-    // float16 as bfloat16 parts on AMX from 256 rows a thread and a reduction of 48, along unit
-    // strides.
+    // float16 as bfloat16 parts on AMX from 256 rows a thread, a reduction of 48 and 128 outputs,
+    // along unit strides.
     const char* split = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_gather_gemm";
     const std::int64_t rows = cpu::amx_split_min_rows();
-    EXPECT_EQ(chosen_kernel({{1, rows, 48, 64}, DType::float16, Layout::contiguous, true}), split);
-    EXPECT_EQ(chosen_kernel({{4, rows, 16, 64}, DType::float16, Layout::head_major, true}), split);
-    EXPECT_EQ(chosen_kernel({{1, rows - 1, 48, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen_kernel({{1, rows, 47, 64}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen_kernel({{4, rows, 16, 64}, DType::float16, Layout::strided, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{1, rows, 48, 128}, DType::float16, Layout::contiguous, true}), split);
+    EXPECT_EQ(chosen_kernel({{4, rows, 16, 128}, DType::float16, Layout::head_major, true}), split);
+    EXPECT_EQ(chosen_kernel({{1, rows - 1, 48, 128}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{1, rows, 47, 128}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{1, rows, 48, 127}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{4, rows, 16, 128}, DType::float16, Layout::strided, true}), "cpu_gather_gemm");
   }
   Options options;
   options.kernel = "cpu_amx_bf16";

@@ -121,6 +121,12 @@ constexpr std::int64_t kDotBeatsAmxRows = 4;
 // (the 2-core AMX VM, forced kernels alternating in one process: docs/performance/cpu.md, "Short
 // reductions on AMX").
 constexpr std::int64_t kEngineBeatsAmxReduction = 16;
+// So do this few outputs a row, which leave AMX's 16-wide tiles mostly padding while the engine
+// takes them in row blocks (kRowBlockMaxOutputs). AMX time over the engine's, B = 64 to 2048,
+// R*H = 64 to 1024 (the same method: docs/performance/cpu.md, "Few outputs on AMX"): on the VM
+// 1.03-2.6x at K = 2 to 6 on 5 of 6 problems each (0.77-0.83x on the sixth), 0.69-1.34x at 7 and 8;
+// on the GPU host's 16-core Xeon 0.99-4.2x at 6 to 8 (15 pairs each); from 10 or 12, 0.22-0.86x on both.
+constexpr std::int64_t kEngineBeatsAmxOutputs = 8;
 // float16 on AMX as three bfloat16 products (run_amx_split) against the float32 engine, forced
 // kernels alternating in one process (docs/performance/cpu.md, "float16 on AMX as bfloat16
 // parts"). On the 2-core AMX VM: 0.60-0.98x the engine's time from B = 512 at R*H = 48 to 4096
@@ -130,8 +136,13 @@ constexpr std::int64_t kEngineBeatsAmxReduction = 16;
 // blocks a thread, the threads split each row block's outputs, and each such task splits its rows
 // of x again: so from 256 rows a thread. Not measured with x's slices or the weight's rows along a
 // stride (the backward's views), which it splits one element at a time.
+// Those had 512 to 4096 outputs. With few, splitting x costs more than the products save: on the
+// VM 1.8-17x the engine's time at K = 1 to 55 (random problems), 1.06-9.0x at K = 1 to 64, 0.79-1.08x
+// at 128 and 0.70-0.91x at 192; on the Xeon, at 4096 and 8192 rows, 1.06-1.68x at 16 and 64,
+// 0.76-1.07x at 128, 0.68-0.95x at 256 (docs/performance/cpu.md, "Few outputs on AMX").
 constexpr std::int64_t kSplitMinRowsPerThread = 256;
 constexpr std::int64_t kSplitMinReduction = 48;
+constexpr std::int64_t kSplitMinOutputs = 128;
 // Where the dot kernel issues slower than the float32 FMA (bf16_dot_packed_beats_engine), its
 // packed path still beats the engine on fewer rows than this, or this little work.
 constexpr std::int64_t kDotPackedBeatsEngineRows = 32;
@@ -1074,13 +1085,13 @@ bool bf16_dot_beats_amx(const Problem& p) {
   return bf16_dot_reads_weight_in_place(p) && p.B <= kDotBeatsAmxRows;
 }
 
-bool engine_beats_amx(const Problem& p) { return p.RH <= kEngineBeatsAmxReduction; }
+bool engine_beats_amx(const Problem& p) { return p.RH <= kEngineBeatsAmxReduction || p.K <= kEngineBeatsAmxOutputs; }
 
 std::int64_t amx_split_min_rows() { return kSplitMinRowsPerThread * omp_get_max_threads(); }
 
 bool amx_split_beats_engine(const Problem& p) {
   return p.dtype == DType::float16 && amx_bf16_supported() && p.B >= amx_split_min_rows() &&
-         p.RH >= kSplitMinReduction && p.x_stride_h == 1 && p.weight_stride_c == 1;
+         p.RH >= kSplitMinReduction && p.K >= kSplitMinOutputs && p.x_stride_h == 1 && p.weight_stride_c == 1;
 }
 
 void run_bf16_dot(const Problem& p) {
