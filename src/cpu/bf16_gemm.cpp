@@ -122,7 +122,7 @@ constexpr std::int64_t kDotBeatsAmxRows = 4;
 // reductions on AMX").
 constexpr std::int64_t kEngineBeatsAmxReduction = 16;
 // So do this few outputs a row, which leave AMX's 16-wide tiles mostly padding while the engine
-// takes them in row blocks (kRowBlockMaxOutputs). AMX time over the engine's, B = 64 to 2048,
+// takes them in row blocks (Tiling's row_block_max_outputs). AMX time over the engine's, B = 64 to 2048,
 // R*H = 64 to 1024 (the same method: docs/performance/cpu.md, "Few outputs on AMX"): on the VM
 // 1.03-2.6x at K = 2 to 6 (but 0.77-0.83x at (8, 1024, 128, 5 and 6)), 0.69-1.34x at 7 and 8;
 // on the GPU host's 16-core Xeon 0.99-4.2x at 6 to 8 (15 pairs each); from 10 or 12, 0.22-0.86x on both.

@@ -36,6 +36,7 @@ struct EngineTiling {
   std::int64_t direct_batch_min_reduction;      // automatic_path's
   std::int64_t direct_batch_reduction_per_row;  // automatic_path's
   double flop_weight;                     // Tiling's kFlopWeight: the thread rules'
+  std::int64_t row_block_max_outputs;     // automatic_path's
 };
 
 // One instruction set's engine for one input type; buffers are typed void* so that the
@@ -124,15 +125,13 @@ constexpr std::int64_t kDirectRows = 16;
 // outputs"), except in problems of at most kDirectAnyReductionOutputs outputs, where the packed
 // path's fixed costs outweigh the lane sums (there the direct path took 0.2-0.8x its time).
 constexpr std::int64_t kDirectAnyReductionOutputs = 256;
-// Problems of up to this many outputs a row take row blocks: the packed path fills its NR-wide
-// micro-tiles with fewer, and the direct path gathers every row of A before reading it again for
-// each 4 weight rows. On that EPYC row blocks took 0.26-0.64x the direct path's time and 0.1-0.8x
-// the packed one's at K = 1 to 8 (float64: to 6), given a reduction of kRowBlockReductionPerOutput
-// elements an output (shorter ones leave the lane sums most of the work: 1.3-2.1x the packed
-// path's time) and rows of x gathered along a unit stride (where x's rows sit side by side, with
-// x_stride_b 1, the packed path gathers whole runs of them: row blocks took 3.6x its time).
-template <class Acc>
-constexpr std::int64_t kRowBlockMaxOutputs = std::is_same_v<Acc, double> ? 6 : 8;
+// Problems of up to the engine's row_block_max_outputs outputs a row (Tiling says how many) take
+// row blocks: the packed path fills its NR-wide micro-tiles with fewer, and the direct path
+// gathers every row of A before reading it again for each 4 weight rows. Given a reduction of
+// kRowBlockReductionPerOutput elements an output (shorter ones leave the lane sums most of the
+// work: 1.3-2.1x the packed path's time on that EPYC) and rows of x gathered along a unit stride
+// (where x's rows sit side by side, with x_stride_b 1, the packed path gathers whole runs of them:
+// row blocks took 3.6x its time).
 constexpr std::int64_t kRowBlockReductionPerOutput = 4;
 constexpr std::int64_t kRowBlockRows = 16;
 
@@ -143,7 +142,7 @@ constexpr std::int64_t kRowBlockRows = 16;
 template <class Acc>
 GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
   if (p.weight_stride_c != 1) return GemmPath::packed;
-  if (p.K <= kRowBlockMaxOutputs<Acc> && p.RH >= kRowBlockReductionPerOutput * p.K && (p.x_stride_b != 1 || p.B == 1))
+  if (p.K <= tiling.row_block_max_outputs && p.RH >= kRowBlockReductionPerOutput * p.K && (p.x_stride_b != 1 || p.B == 1))
     return GemmPath::row_blocks;
   const std::int64_t rows_bytes = p.B * p.RH * std::int64_t{sizeof(Acc)};
   const bool small = (p.flops() <= kDirectFlops && p.B <= kDirectFlopsMaxRows) ||

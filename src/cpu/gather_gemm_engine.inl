@@ -66,6 +66,18 @@ struct Tiling {
   // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
   // thresholds count flops in those.
   static constexpr double kFlopWeight = 16.0 / kLanes;
+  // Outputs a row up to which row blocks beat packing (gather_gemm.cpp's automatic_path). On a
+  // 2-core AMD EPYC of family 23 (AVX2) row blocks took 0.26-0.64x the direct path's time and
+  // 0.1-0.8x the packed one's at K = 1 to 8 (float64: to 6; docs/performance/cpu.md, "Short
+  // reductions and few outputs"). AVX-512's packed tiles are twice as wide, so more of them is
+  // padding: on the 2-core AMX VM row blocks took 0.17-0.92x the packed path's time up to K = 20 in
+  // float32 (0.65-1.12x at 24), 0.22-0.92x up to 12 in float16 (0.65-1.11x at 16) and 0.32-1.00x up
+  // to 12 in float64 (0.75-1.35x at 16; docs/performance/cpu.md, "Row blocks on AVX-512").
+  template <class In>
+  static constexpr std::int64_t row_block_max_outputs() {
+    if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) return std::is_same_v<In, float> ? 20 : 12;
+    return sizeof(Acc) == 8 ? 6 : 8;
+  }
 };
 
 // The AVX-512 engine's packing and epilogue use avx512_helpers.hpp: a 16 x 16 transposition of
@@ -948,9 +960,9 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
   tiles(std::integral_constant<int, 4>{});
 }
 
-// For problems of few outputs per row (K up to kRowBlockMaxOutputs): y[b0 .. b0+rows) from those
-// rows of A gathered into rows_buf (rows * direct_row_stride accumulators, a thread's own), each
-// against all K weight rows. The weight is read once per block of rows and stays in cache; x is
+// For problems of few outputs per row (K up to Tiling's row_block_max_outputs): y[b0 .. b0+rows)
+// from those rows of A gathered into rows_buf (rows * direct_row_stride accumulators, a thread's
+// own), each against all K weight rows. The weight is read once per block of rows and stays in cache; x is
 // read once, a block of rows at a time that stays in cache for every 4 weight rows. (direct_rows
 // gathers every row first and reads them all again for each 4 weight rows; the packed path
 // spends NR lanes on fewer outputs.)
@@ -1013,7 +1025,7 @@ Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
   return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow, T::kDirectWideRowsBytes,
            T::kDirectFittedMinReduction, T::kDirectBatchMaxRows, T::kDirectBatchMinReduction,
-           T::kDirectBatchReductionPerRow, T::kFlopWeight},
+           T::kDirectBatchReductionPerRow, T::kFlopWeight, T::template row_block_max_outputs<In>()},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
