@@ -29,7 +29,9 @@ using AccumulatorOf = std::conditional_t<std::is_same_v<In, double>, double, flo
 
 struct EngineTiling {
   int MR, NR, MC, KC;
-  std::int64_t direct_reduction_per_row;  // automatic_path's
+  std::int64_t direct_reduction_per_row;  // automatic_path's, beyond direct_few_rows rows
+  std::int64_t direct_few_rows_reduction_per_row;  // automatic_path's, up to direct_few_rows
+  std::int64_t direct_few_rows;
   std::int64_t direct_wide_rows_bytes;    // automatic_path's
   std::int64_t direct_wide_min_reduction; // automatic_path's
   std::int64_t direct_batch_max_rows;           // automatic_path's
@@ -151,7 +153,9 @@ GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
                       p.RH >= tiling.direct_wide_min_reduction) ||
                      (p.B <= tiling.direct_batch_max_rows && rows_bytes <= kDirectBatchRowsBytes &&
                       p.RH >= tiling.direct_batch_min_reduction && p.RH >= tiling.direct_batch_reduction_per_row * p.B);
-  const bool reduction_pays = p.RH >= tiling.direct_reduction_per_row * p.B || p.B * p.K <= kDirectAnyReductionOutputs;
+  const std::int64_t per_row =
+      p.B <= tiling.direct_few_rows ? tiling.direct_few_rows_reduction_per_row : tiling.direct_reduction_per_row;
+  const bool reduction_pays = p.RH >= per_row * p.B || p.B * p.K <= kDirectAnyReductionOutputs;
   return small && reduction_pays ? GemmPath::direct : GemmPath::packed;
 }
 

@@ -25,9 +25,29 @@ struct Tiling {
   // time had taken 1.9x at (1, 4096, 64, 2048), y's rows being 8 KB apart).
   static constexpr std::int64_t kStoreChunkBytes = std::int64_t{256} << 10;
   // The direct path pays only with reductions long enough for its lane sums (gather_gemm.cpp):
-  // R*H >= 2B where its 4 x 4 tiles stay in AVX-512's 32 registers, 8B elsewhere (on AVX2 also
-  // with the 4 x 3 tiles below: packed over direct time 0.77-1.15 at R*H = 8B, B = 16 to 128).
-  static constexpr int kDirectReductionPerRow = GATHER_GEMM_VECTOR_BYTES == 64 ? 2 : 8;
+  // R*H >= this many times B. On AVX2, 8 (also with the 4 x 3 tiles below: packed over direct
+  // time 0.77-1.15 at R*H = 8B, B = 16 to 128). On AVX-512, 8 in float32 and float64 and 16 for
+  // the 16-bit types, which the direct path widens on every load: since the packed path packs
+  // inside its tasks, it took 0.2-0.95x the direct path's time below those bounds at B = 6 to 32
+  // on the 2-core AMX VM (docs/performance/cpu.md, "The direct path's bound on AVX-512"; it had
+  // been 2B, measured on a Zen 4 against the packed path as it was then). But for a few rows
+  // (direct_few_rows), where 2B still holds in float32 and float64 and 4B for the 16-bit types:
+  // the direct path took 0.47-0.92x the packed one's time at R*H = 2B to 8B with 2 to 4 rows, but
+  // 1.03-1.59x in 3 of those 12 cells (float64 at R*H = 2B with 2 and 4 rows, float32 at 16 with
+  // 4); in float16 with 2 rows 0.72-0.94x at R*H = 8 and 16 (1.22-1.28x at 4).
+  template <class In>
+  static constexpr std::int64_t direct_few_rows() {
+    if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) return sizeof(In) == 2 ? 2 : 4;
+    return 0;
+  }
+  template <class In>
+  static constexpr std::int64_t direct_reduction_per_row(std::int64_t B) {
+    if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) {
+      if (B <= direct_few_rows<In>()) return sizeof(In) == 2 ? 4 : 2;
+      return sizeof(In) == 2 ? 16 : 8;
+    }
+    return 8;
+  }
   // With AVX2's 16 vector registers a 4 x 4 tile (16 accumulators, 4 weight vectors, an A vector)
   // spills, a 4 x 3 one fits exactly. On a long reduction the fit pays: 0.69-0.84x the time in
   // float32 at R*H = 256-1024 with up to 16 rows (0.93-1.01x with 32 to 64), 0.64-0.78x in float64
@@ -42,7 +62,7 @@ struct Tiling {
     return kDirectFittedWeightRows != 4 && rows >= 3 && RH >= kDirectFittedMinReduction;
   }
   // With those tiles the direct path outruns packing on AVX2 in float32 beyond the small problems
-  // too (given R*H >= kDirectReductionPerRow * B and a reduction long enough for them), while its
+  // too (given R*H >= direct_reduction_per_row(B) * B and a reduction long enough for them), while its
   // gathered rows of A, read again for each 3 weight rows, stay within this many bytes: 0.51-0.96x
   // the packed path's time with up to 2 MB of them, 0.67-1.03x at 3-4 MB, 1.5-2.3x from 6 MB.
   // Not float64 (0.78-1.1x, and 1.57x with few outputs at (16, 66, 78, 7)), nor 16-bit inputs
@@ -52,17 +72,23 @@ struct Tiling {
       GATHER_GEMM_VECTOR_BYTES == 32 && sizeof(Acc) == 4 ? std::int64_t{2} << 20 : 0;
   // Batches of up to kDirectBatchMaxRows rows (beyond gather_gemm.cpp's kDirectRows) take the
   // direct path too where the reduction is at least kDirectBatchMinReduction elements and
-  // kDirectBatchReductionPerRow a row: packing widens and copies the whole weight for those few
+  // direct_batch_reduction_per_row() a row: packing widens and copies the whole weight for those few
   // rows to reuse, the direct path reads it in place. Direct time over packed at B = 17 to 32:
   // on AVX2 (2-core EPYC of family 23), 16-bit inputs with R*H >= 32B 0.67-1.02x (B = 48:
   // 0.84-1.32x; R*H = 256 to 512, below 32B: 0.84-1.17x), float32 there on the wide rule above; on
   // AVX-512 (the GPU host's 16-core Xeon) float32 and float16 with R*H >= 256 0.27-0.80x (B = 48
   // to 64: 0.44-0.90x, B = 96 0.63-2.01x; docs/performance/cpu.md, "float16 remainders through
   // F16C, and batches of 17 to 32 rows on the direct path"; a 2-core Zen 4 had put float32 at
-  // 0.66-1.13x at B = 32, "Short batches"). Not float64: not measured.
+  // 0.66-1.13x at B = 32, "Short batches"). Not float64: not measured. On AVX-512 that was against
+  // the packed path before it packed inside its tasks; since, the direct path's bound per row
+  // applies here too (2B had been the rule).
   static constexpr std::int64_t kDirectBatchMaxRows = sizeof(Acc) == 4 && GATHER_GEMM_VECTOR_BYTES >= 32 ? 32 : 0;
   static constexpr std::int64_t kDirectBatchMinReduction = GATHER_GEMM_VECTOR_BYTES == 64 ? 256 : 0;
-  static constexpr std::int64_t kDirectBatchReductionPerRow = GATHER_GEMM_VECTOR_BYTES == 64 ? 2 : 32;
+  template <class In>
+  static constexpr std::int64_t direct_batch_reduction_per_row() {
+    if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) return direct_reduction_per_row<In>(kDirectBatchMaxRows);
+    return 32;
+  }
   // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
   // thresholds count flops in those.
   static constexpr double kFlopWeight = 16.0 / kLanes;
@@ -1023,9 +1049,11 @@ void row_block_for(const Problem& p, std::int64_t b0, int rows, void* rows_buf) 
 template <class In>
 Engine engine() {
   using T = Tiling<AccumulatorOf<In>>;
-  return {{T::MR, T::NR, T::MC, T::KC, T::kDirectReductionPerRow, T::kDirectWideRowsBytes,
+  constexpr std::int64_t few = T::template direct_few_rows<In>();
+  return {{T::MR, T::NR, T::MC, T::KC, T::template direct_reduction_per_row<In>(few + 1),
+           T::template direct_reduction_per_row<In>(few), few, T::kDirectWideRowsBytes,
            T::kDirectFittedMinReduction, T::kDirectBatchMaxRows, T::kDirectBatchMinReduction,
-           T::kDirectBatchReductionPerRow, T::kFlopWeight, T::template row_block_max_outputs<In>()},
+           T::template direct_batch_reduction_per_row<In>(), T::kFlopWeight, T::template row_block_max_outputs<In>()},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
