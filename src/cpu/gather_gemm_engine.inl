@@ -26,11 +26,13 @@ struct Tiling {
   static constexpr std::int64_t kStoreChunkBytes = std::int64_t{256} << 10;
   // The direct path pays only with reductions long enough for its lane sums (gather_gemm.cpp):
   // R*H >= this many times B. On AVX2, 8 (also with the 4 x 3 tiles below: packed over direct
-  // time 0.77-1.15 at R*H = 8B, B = 16 to 128). On AVX-512, 8 in float32 and float64 and 16 for
-  // the 16-bit types, which the direct path widens on every load: since the packed path packs
-  // inside its tasks, it took 0.2-0.95x the direct path's time below those bounds at B = 6 to 32
-  // on the 2-core AMX VM (docs/performance/cpu.md, "The direct path's bound on AVX-512"; it had
-  // been 2B, measured on a Zen 4 against the packed path as it was then). But for a few rows
+  // time 0.77-1.15 at R*H = 8B, B = 16 to 128). On AVX-512, 4 in float32 and float64 and 16 for
+  // the 16-bit types, which the direct path widens on every load (docs/performance/cpu.md, "The
+  // direct path's bound on AVX-512"; it had been 2B, measured on a Zen 4 against the packed path
+  // before it packed inside its tasks). Packed time over direct, B = 8 to 64: at R*H = 2B 0.56-0.86
+  // on the 2-core AMX VM and 0.47-1.02 on the GPU host's 16-core Xeon; at 4B 0.76-1.07 on the VM
+  // and 1.12-1.23 on the Xeon; in 16-bit below 16B mostly 0.22-0.93 on both (up to 1.17 with 3 to 6
+  // rows on the VM). But for a few rows
   // (direct_few_rows), where 2B still holds in float32 and float64 and 4B for the 16-bit types:
   // the direct path took 0.47-0.92x the packed one's time at R*H = 2B to 8B with 2 to 4 rows, but
   // 1.03-1.59x in 3 of those 12 cells (float64 at R*H = 2B with 2 and 4 rows, float32 at 16 with
@@ -44,7 +46,7 @@ struct Tiling {
   static constexpr std::int64_t direct_reduction_per_row(std::int64_t B) {
     if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) {
       if (B <= direct_few_rows<In>()) return sizeof(In) == 2 ? 4 : 2;
-      return sizeof(In) == 2 ? 16 : 8;
+      return sizeof(In) == 2 ? 16 : 4;
     }
     return 8;
   }
