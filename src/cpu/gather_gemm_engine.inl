@@ -88,7 +88,7 @@ struct Tiling {
   static constexpr std::int64_t kDirectBatchMinReduction = GATHER_GEMM_VECTOR_BYTES == 64 ? 256 : 0;
   template <class In>
   static constexpr std::int64_t direct_batch_reduction_per_row() {
-    if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) return direct_reduction_per_row<In>(kDirectBatchMaxRows);
+    if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) return direct_reduction_per_row<In>(direct_few_rows<In>() + 1);
     return 32;
   }
   // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
@@ -305,26 +305,28 @@ void pack_weight_panel(const Problem& p, std::int64_t k_first, std::int64_t c_fi
   const std::int64_t stride_c = p.weight_stride_c;  // 1, except in the backward's transposed views
   std::int64_t c = c_first;
 #if GATHER_GEMM_AVX512
-  // Rows along a unit stride: 16 x 16 blocks transposed in registers (one element at a time,
-  // packing took about a tenth of a call whose batch is short).
-  if constexpr (kLoads16AsFloat<In> && NR % 16 == 0)
-    if (stride_c == 1)
-      for (; c + 16 <= c_end; c += 16)
-        for (int j0 = 0; j0 < NR; j0 += 16) {
-          const std::uint32_t* words[16] = {};
-          alignas(64) float widened[16][16];
-          for (int j = j0; j < std::min(j0 + 16, valid); ++j) words[j - j0] = float_words(rows[j] + c, widened[j - j0]);
-          transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out + (c - c_first) * NR + j0), NR);
+  // Rows along a unit stride: blocks transposed in registers, 16 x 16 32-bit words (float32, the
+  // 16-bit types widened) or 8 x 8 float64 words (one element at a time, packing took about a
+  // tenth of a call whose batch is short).
+  if constexpr ((kLoads16AsFloat<In> && NR % 16 == 0) || (std::is_same_v<In, double> && NR % 8 == 0))
+    if (stride_c == 1) {
+      constexpr int kBlock = std::is_same_v<In, double> ? 8 : 16;
+      for (; c + kBlock <= c_end; c += kBlock)
+        for (int j0 = 0; j0 < NR; j0 += kBlock) {
+          const int last = std::min(j0 + kBlock, valid);  // rows from `last` on read as zeros
+          Acc* dst = out + (c - c_first) * NR + j0;
+          if constexpr (std::is_same_v<In, double>) {
+            const double* block[8] = {};
+            for (int j = j0; j < last; ++j) block[j - j0] = rows[j] + c;
+            transpose_doublewords_8x8(block, dst, NR);
+          } else {
+            const std::uint32_t* words[16] = {};
+            alignas(64) float widened[16][16];
+            for (int j = j0; j < last; ++j) words[j - j0] = float_words(rows[j] + c, widened[j - j0]);
+            transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(dst), NR);
+          }
         }
-  // float64 rows along a unit stride: 8 x 8 blocks.
-  if constexpr (std::is_same_v<In, double> && NR % 8 == 0)
-    if (stride_c == 1)
-      for (; c + 8 <= c_end; c += 8)
-        for (int j0 = 0; j0 < NR; j0 += 8) {
-          const double* block[8] = {};
-          for (int j = j0; j < std::min(j0 + 8, valid); ++j) block[j - j0] = rows[j] + c;
-          transpose_doublewords_8x8(block, out + (c - c_first) * NR + j0, NR);
-        }
+    }
 #elif GATHER_GEMM_AVX2
   // float32 and 16-bit rows along a unit stride: 8 x 8 blocks (16-bit ones widened 8 at a time)
   // transposed in registers.
@@ -438,9 +440,26 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
   constexpr int MR = Tiling<Acc>::MR;
   const In* x = static_cast<const In*>(p.x);
 #if GATHER_GEMM_AVX512
-  // Rows along a unit stride: a panel's MR rows x 16 columns transposed in registers.
-  if constexpr (kLoads16AsFloat<In> && MR <= 16)
+  // Rows along a unit stride: a panel's MR rows transposed in registers a block of columns at a
+  // time, 16 x 16 32-bit words (float32, the 16-bit types widened) or 8 x 8 float64 words.
+  if constexpr ((kLoads16AsFloat<In> && MR <= 16) || std::is_same_v<In, double>)
     if (p.x_stride_h == 1) {
+      constexpr int kColumns = std::is_same_v<In, double> ? 8 : 16;
+      // dst[u * MR + i] = src[i * x_stride_b + u] for u < kColumns, rows from `rows` on zeros.
+      const auto transpose_block = [&](const In* src, int rows, Acc* dst) {
+        if constexpr (std::is_same_v<In, double>) {
+          for (int i1 = 0; i1 < MR; i1 += 8) {
+            const double* block[8] = {};
+            for (int i = i1; i < std::min(i1 + 8, rows); ++i) block[i - i1] = src + i * p.x_stride_b;
+            transpose_doublewords_8x8(block, dst + i1, MR, std::min(8, MR - i1));
+          }
+        } else {
+          const std::uint32_t* words[16] = {};
+          alignas(64) float widened[MR][16];
+          for (int i = 0; i < rows; ++i) words[i] = float_words(src + i * p.x_stride_b, widened[i]);
+          transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(dst), MR, MR);
+        }
+      };
       for (int i0 = 0; i0 < mc; i0 += MR) {
         Acc* panel = out + (i0 / MR) * kc * MR;
         const int rows = std::min(MR, mc - i0);
@@ -449,39 +468,10 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
           const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
           const In* src = x + (b0 + i0) * p.x_stride_b + r * p.x_stride_r + h;
           int t = 0;
-          for (; t + 16 <= run; t += 16) {
-            const std::uint32_t* words[16] = {};  // rows past mc read as zeros
-            alignas(64) float widened[MR][16];
-            for (int i = 0; i < rows; ++i) words[i] = float_words(src + i * p.x_stride_b + t, widened[i]);
-            transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(panel + (kk + t) * MR), MR, MR);
-          }
+          for (; t + kColumns <= run; t += kColumns) transpose_block(src + t, rows, panel + (kk + t) * MR);
           for (; t < run; ++t)
             for (int i = 0; i < MR; ++i)
               panel[(kk + t) * MR + i] = i < rows ? widen_one<Acc>(src[i * p.x_stride_b + t]) : Acc(0);
-          kk += run;
-        }
-      }
-      return;
-    }
-  // float64: the panel's rows 8 at a time x 8 columns.
-  if constexpr (std::is_same_v<In, double>)
-    if (p.x_stride_h == 1) {
-      for (int i0 = 0; i0 < mc; i0 += MR) {
-        Acc* panel = out + (i0 / MR) * kc * MR;
-        const int rows = std::min(MR, mc - i0);
-        std::int64_t r = c0 / p.H, h = c0 % p.H;
-        for (int kk = 0; kk < kc; ++r, h = 0) {
-          const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
-          const In* src = x + (b0 + i0) * p.x_stride_b + r * p.x_stride_r + h;
-          int t = 0;
-          for (; t + 8 <= run; t += 8)
-            for (int i1 = 0; i1 < MR; i1 += 8) {
-              const double* block[8] = {};  // rows past mc read as zeros
-              for (int i = i1; i < std::min(i1 + 8, rows); ++i) block[i - i1] = src + i * p.x_stride_b + t;
-              transpose_doublewords_8x8(block, panel + (kk + t) * MR + i1, MR, std::min(8, MR - i1));
-            }
-          for (; t < run; ++t)
-            for (int i = 0; i < MR; ++i) panel[(kk + t) * MR + i] = i < rows ? src[i * p.x_stride_b + t] : Acc(0);
           kk += run;
         }
       }
