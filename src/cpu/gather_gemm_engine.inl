@@ -243,13 +243,21 @@ inline void round_row8_from_float(const float* c, const T* bias, T* y, int n) {
 }
 #endif
 
-// c (MR x NR, row stride ldc) = (accumulate ? c : 0) + the MR-tall panel a times the NR-wide
-// panel b, over kc reduction steps.
+// One SIMD register of accumulators (GCC's vector extension: a `using` alias would drop the
+// attribute on a dependent type).
 template <class Acc>
-inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Acc* __restrict c,
-                         std::int64_t ldc, bool accumulate) {
+struct Vector {
+  typedef Acc type __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
+};
+template <class Acc>
+using VectorOf = typename Vector<Acc>::type;
+
+// The MR-tall panel a times the NR-wide panel b over kc reduction steps, each of the tile's vectors
+// handed to store(i, v, sum): row i, columns [v * kLanes, (v + 1) * kLanes).
+template <class Acc, class Store>
+inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Store&& store) {
   using T = Tiling<Acc>;
-  typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
+  using Vec = VectorOf<Acc>;
   Vec acc[T::MR][T::kVectorsPerRow];
 #pragma GCC unroll 16
   for (int i = 0; i < T::MR; ++i)
@@ -281,15 +289,22 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
 #pragma GCC unroll 16
   for (int i = 0; i < T::MR; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < T::kVectorsPerRow; ++v) {
-      Vec cv = acc[i][v];
-      if (accumulate) {
-        Vec before;
-        std::memcpy(&before, c + i * ldc + v * T::kLanes, sizeof(Vec));
-        cv += before;
-      }
-      std::memcpy(c + i * ldc + v * T::kLanes, &cv, sizeof(Vec));
+    for (int v = 0; v < T::kVectorsPerRow; ++v) store(i, v, acc[i][v]);
+}
+
+// micro_kernel's tile into c (row stride ldc): c = (accumulate ? c : 0) + the product.
+template <class Acc>
+inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Acc* __restrict c,
+                         std::int64_t ldc, bool accumulate) {
+  micro_kernel<Acc>(kc, a, b, [&](int i, int v, VectorOf<Acc> sum) {
+    Acc* to = c + i * ldc + v * Tiling<Acc>::kLanes;
+    if (accumulate) {
+      VectorOf<Acc> before;
+      std::memcpy(&before, to, sizeof(before));
+      sum += before;
     }
+    std::memcpy(to, &sum, sizeof(sum));
+  });
 }
 
 // One NR-wide panel of weight rows starting at output k_first, columns [c_first, c_end) (out
@@ -574,6 +589,112 @@ void store_rows(const Problem& p, const Acc* c, int ldc, std::int64_t b0, int mc
   }
 }
 
+// Loads L consecutive inputs as accumulators (16-bit ones widened L at a time on AVX-512 and AVX2).
+template <class In, class Acc, class Vec>
+inline Vec load_vector(const In* src) {
+  constexpr int L = Tiling<Acc>::kLanes;
+  Vec v;
+  if constexpr (std::is_same_v<In, Acc>) {
+    std::memcpy(&v, src, sizeof(Vec));
+#if GATHER_GEMM_AVX512
+  } else if constexpr (kLoads16AsFloat<In>) {
+    const __m512 widened = load16_as_float(src);
+    std::memcpy(&v, &widened, sizeof(Vec));
+#elif GATHER_GEMM_AVX2
+  } else if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>) {
+    const __m256 widened = load8_as_float(src);
+    std::memcpy(&v, &widened, sizeof(Vec));
+#endif
+  } else {
+    for (int i = 0; i < L; ++i) v[i] = widen_one<Acc>(src[i]);
+  }
+  return v;
+}
+
+// Whether store_vector rounds a vector at a time (elsewhere: one element at a time).
+template <class In, class Acc>
+constexpr bool kStoresVectors = std::is_same_v<In, Acc>
+#if GATHER_GEMM_AVX512
+                                || kLoads16AsFloat<In>
+#elif GATHER_GEMM_AVX2
+                                || (kLoads8AsFloat<In> && std::is_same_v<Acc, float>)
+#endif
+    ;
+
+// Stores L accumulators to consecutive outputs, rounded to In as store_rows rounds them.
+template <class In, class Acc, class Vec>
+inline void store_vector(In* dst, Vec v) {
+  if constexpr (std::is_same_v<In, Acc>) {
+    std::memcpy(dst, &v, sizeof(Vec));
+#if GATHER_GEMM_AVX512
+  } else if constexpr (kLoads16AsFloat<In>) {
+    __m512 sum;
+    std::memcpy(&sum, &v, sizeof(Vec));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), round16_from_float<In>(sum));
+#elif GATHER_GEMM_AVX2
+  } else if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>) {
+    __m256 sum;
+    std::memcpy(&sum, &v, sizeof(Vec));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), round8_from_float<In>(sum));
+#endif
+  } else {
+    for (int i = 0; i < Tiling<Acc>::kLanes; ++i) dst[i] = round_one<In>(v[i]);
+  }
+}
+
+// compute_tile's one-slice reduction where y holds the accumulators' type along a unit stride:
+// each whole micro-tile goes from the registers to y with the bias added, not through c_buf to be
+// written out and read back (0.61-0.96x the time on the 2-core AMX VM; docs/performance/cpu.md,
+// "Tiles stored straight to y"). A block packed beforehand is read one row tile across a chunk
+// of panels (kStoreChunkBytes of them, in L2) at a time, so that y is written MR rows at a time
+// along their length: a panel at a time down all the task's rows had taken 1.1-1.4x as long with
+// 512 to 4096 rows. A task that packs its own panels (at most MC rows) keeps each panel in L1
+// for its row tiles (a chunk of them packed into L2 had taken 1.07-1.23x as long at 27 to 78
+// rows). Partial tiles go through c_buf (MR x NR).
+template <class In, class Acc>
+void store_tiles_to_y(const Problem& p, const Acc* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
+                      std::int64_t k0, int nc, Acc* __restrict a_buf, Acc* __restrict b_buf, Acc* __restrict c_buf) {
+  using T = Tiling<Acc>;
+  using Vec = VectorOf<Acc>;
+  const int kc = static_cast<int>(p.RH);
+  const In* bias = static_cast<const In*>(p.bias);
+  In* y = static_cast<In*>(p.y);
+  const std::int64_t ldy = p.y_stride_b;
+  const int panels = (nc + T::NR - 1) / T::NR;
+  const auto tile = [&](int ir, int q, const Acc* b) {
+    const int rows = std::min(T::MR, mc - ir);
+    const Acc* a = a_buf + ir * kc;
+    const std::int64_t k_first = k0 + q * T::NR;
+    const int columns = std::min(T::NR, nc - q * T::NR);
+    if (rows < T::MR || columns < T::NR) {
+      micro_kernel<Acc>(kc, a, b, c_buf, T::NR, false);
+      store_rows<In, Acc>(p, c_buf, T::NR, b0 + ir, rows, k_first, columns);
+      return;
+    }
+    Vec bias_v[T::kVectorsPerRow] = {};
+    if (bias != nullptr)
+      for (int v = 0; v < T::kVectorsPerRow; ++v) bias_v[v] = load_vector<In, Acc, Vec>(bias + k_first + v * T::kLanes);
+    In* to = y + (b0 + ir) * ldy + k_first;
+    // By value: the stores to y might otherwise alias what the lambda refers to.
+    micro_kernel<Acc>(kc, a, b, [&bias_v, to, ldy](int i, int v, Vec sum) {
+      store_vector<In, Acc>(to + i * ldy + v * T::kLanes, sum + bias_v[v]);
+    });
+  };
+  pack_gathered_rows<In, Acc>(p, b0, mc, 0, kc, a_buf);
+  if (packed_weight == nullptr) {
+    for (int q = 0; q < panels; ++q) {
+      pack_weight_panel<In, Acc>(p, k0 + q * T::NR, 0, kc, b_buf);
+      for (int ir = 0; ir < mc; ir += T::MR) tile(ir, q, b_buf);
+    }
+    return;
+  }
+  const Acc* first = packed_weight + (k0 - k_block0) / T::NR * std::int64_t{kc} * T::NR;
+  const int chunk_panels = std::clamp(static_cast<int>(T::kStoreChunkBytes / (std::int64_t{kc} * T::NR * sizeof(Acc))), 1, panels);
+  for (int q0 = 0; q0 < panels; q0 += chunk_panels)
+    for (int ir = 0; ir < mc; ir += T::MR)
+      for (int q = q0; q < std::min(q0 + chunk_panels, panels); ++q) tile(ir, q, first + q * std::int64_t{kc} * T::NR);
+}
+
 // y[b0 .. b0+mc, k0 .. k0+nc) = bias + A_rows * W_cols^T, reading the packed weight block that
 // starts at output k_block0, or with a null packed_weight packing each panel's slice into b_buf
 // just before its micro-kernels. a_buf holds MC*KC, b_buf KC*NR and c_buf mc_padded*nc_padded
@@ -590,9 +711,14 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
     return static_cast<const Acc*>(b_buf);
   };
   if (p.RH > 0 && p.RH <= T::KC) {
+    const int kc = static_cast<int>(p.RH);
+    if constexpr (kStoresVectors<In, Acc>)
+      if (p.y_stride_k == 1) {
+        store_tiles_to_y<In, Acc>(p, packed_weight, k_block0, b0, mc, k0, nc, a_buf, b_buf, c_buf);
+        return;
+      }
     // One slice: the tiles are stored to y a chunk of columns at a time, while the chunk's tiles
     // are still in L2, rather than all of mc x nc being written out and read back.
-    const int kc = static_cast<int>(p.RH);
     const int chunk = std::max(T::NR, static_cast<int>(T::kStoreChunkBytes / (mc_padded * sizeof(Acc))) / T::NR * T::NR);
     pack_gathered_rows<In, Acc>(p, b0, mc, 0, kc, a_buf);
     for (int j0 = 0; j0 < nc_padded; j0 += chunk) {
@@ -620,27 +746,6 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   store_rows<In, Acc>(p, c_buf, nc_padded, b0, mc, k0, nc);
 }
 
-// Loads L consecutive inputs as accumulators (16-bit ones widened L at a time on AVX-512 and AVX2).
-template <class In, class Acc, class Vec>
-inline Vec load_vector(const In* src) {
-  constexpr int L = Tiling<Acc>::kLanes;
-  Vec v;
-  if constexpr (std::is_same_v<In, Acc>) {
-    std::memcpy(&v, src, sizeof(Vec));
-#if GATHER_GEMM_AVX512
-  } else if constexpr (kLoads16AsFloat<In>) {
-    const __m512 widened = load16_as_float(src);
-    std::memcpy(&v, &widened, sizeof(Vec));
-#elif GATHER_GEMM_AVX2
-  } else if constexpr (kLoads8AsFloat<In> && std::is_same_v<Acc, float>) {
-    const __m256 widened = load8_as_float(src);
-    std::memcpy(&v, &widened, sizeof(Vec));
-#endif
-  } else {
-    for (int i = 0; i < L; ++i) v[i] = widen_one<Acc>(src[i]);
-  }
-  return v;
-}
 
 // One round of lane_sums for L lanes in groups of Group: lane i of a pair's result sums half-group
 // i % (Group / 2) of group i / (Group / 2), the first vector's groups before the second's. The two
