@@ -1,6 +1,7 @@
 // How the CPU engines (the SIMD engine and the bfloat16 kernels) share out one packed weight
 // block among OpenMP threads: tasks of (a block of rows of y) x (a group of the block's weight
-// panels), taken dynamically; the sizes they share; and the tiles of their direct paths.
+// panels), the same ones to the same thread on every call; the sizes they share; and the tiles of
+// their direct paths.
 #pragma once
 
 #include <omp.h>
@@ -59,13 +60,17 @@ inline std::int64_t block_task_row_blocks(std::int64_t B, std::int64_t row_block
 // block's `panels_total`, in `groups` groups (the last may be smaller). Runs on the OpenMP
 // threads where `parallel`; there the rows are cut into enough blocks of near-equal size that
 // the tasks come in a multiple of the thread count, so no thread is left with a lone last task.
+// Each thread takes the same run of tasks on every call (a static schedule), so that the part of
+// y it wrote last time, if y is reused, is still in its own core's cache: taken dynamically, a
+// short reduction's call (bound by writing y) took 1.7x as long on the 2-core AMX VM, with
+// larger problems unchanged (docs/performance/cpu.md, "Tiles stored straight to y").
 template <class Task>
 void for_each_block_task(std::int64_t B, std::int64_t row_block, std::int64_t row_granule, std::int64_t panels_total,
                          std::int64_t groups, bool parallel, Task&& task) {
   const std::int64_t granules = ceil_div(B, row_granule);
   const std::int64_t row_blocks = block_task_row_blocks(B, row_block, row_granule, groups, parallel);
   const std::int64_t panels_per_group = ceil_div(panels_total, groups);
-#pragma omp parallel for if (parallel) schedule(dynamic, 1)
+#pragma omp parallel for if (parallel) schedule(static)
   for (std::int64_t t = 0; t < row_blocks * groups; ++t) {
     const std::int64_t block = t / groups, first_panel = (t % groups) * panels_per_group;
     // Block i holds granules [i * granules / row_blocks, (i + 1) * granules / row_blocks).
