@@ -24,8 +24,8 @@ namespace {
 using namespace gather_linear::testing;
 
 // Edges: unit sizes, odd and prime H, R = 64, H = 1, row counts around the SIMD tiles
-// (MR = 4/6/12, MC = 32/48/96), reductions longer than the KC = 256 slice and H larger than it,
-// the direct path's tiles of 3 weight rows (AVX2, long reductions) with 1 or 2 weight rows left,
+// (MR = 4/6/12, MC = 32/48/96), reductions longer than the KC slice (256; 512 on AVX-512) and H
+// larger than it, the direct path's tiles of 3 weight rows (AVX2, long reductions) with 1 or 2 weight rows left,
 // and empty dimensions.
 const Shape kShapes[] = {
     {1, 1, 1, 1},   {4, 12, 32, 56}, {1, 7, 5, 3},    {3, 1, 17, 1},  {2, 33, 13, 65}, {64, 5, 3, 7},

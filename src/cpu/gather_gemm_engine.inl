@@ -17,8 +17,12 @@ struct Tiling {
   static constexpr int kVectorsPerRow = 2;
   static constexpr int NR = kLanes * kVectorsPerRow;  // columns of a micro-tile
   static constexpr int MR = GATHER_GEMM_MR;           // rows of a micro-tile
-  static constexpr int KC = 256;                      // reduction slice: an NR panel slice stays in L1
   static constexpr int MC = MR * 8;                   // rows per packed A block: stays in L2
+  // The reduction slice: an NR-wide panel slice of it stays in L1 (AVX2 and SSE2: 32 KB). On
+  // AVX-512 one of 512 (64 KB, read from L2 with prefetching) took 0.83-0.95x the time of 256
+  // where it makes R*H of 257 to 512 one slice (whose tiles go straight to y), 0.97-1.01x from 612
+  // up, on the 2-core AMX VM (docs/performance/cpu.md, "Tiles stored straight to y").
+  static constexpr int KC = GATHER_GEMM_VECTOR_BYTES == 64 ? 512 : 256;
   // A reduction of one slice stores its tiles to y this many bytes of them at a time (they stay
   // in L2), not all of a task's at the end: 0.65-0.89x the time on short reductions of 512 to
   // 4096 rows on the 2-core AMX VM (64 KB 0.86-0.93x, 1 MB 0.67-0.96x; one 128-byte panel at a
