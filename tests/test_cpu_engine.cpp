@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -122,38 +123,48 @@ TEST(CpuEngineAsan, BackwardStaysInsideItsBuffers) {
 }
 
 // The engines' task split: every (row, panel) exactly once, blocks cut on granules and no longer
-// than row_block, and, on several threads, blocks within one granule of one another.
+// than row_block, and, on several threads, blocks within one granule of one another; with
+// same_threads, each task on the same thread in two calls.
 TEST(CpuBlockTasks, EveryRowOnceInNearEqualBlocks) {
   constexpr std::int64_t kRowBlock = 96, kGranule = 12;
-  for (int threads : {1, 2, 3, 7})
-    for (std::int64_t B : {1, 5, 12, 100, 1000, 1024})
-      for (std::int64_t panels : {1, 5, 32})
-        for (std::int64_t groups : {1, 2, 3}) {
-          if (groups > panels) continue;
-          std::vector<int> visits(static_cast<std::size_t>(B * panels), 0);
-          std::vector<std::int64_t> block_granules;
-          std::mutex mutex;
-          std::thread([&] {
-            omp_set_num_threads(threads);
-            cpu::for_each_block_task(B, kRowBlock, kGranule, panels, groups, threads > 1,
-                                     [&](std::int64_t b0, int rows, std::int64_t first_panel, std::int64_t n) {
-                                       const std::lock_guard lock(mutex);
-                                       EXPECT_EQ(b0 % kGranule, 0) << "block at row " << b0;
-                                       EXPECT_LE(rows, kRowBlock);
-                                       if (first_panel == 0) block_granules.push_back((rows + kGranule - 1) / kGranule);
-                                       for (std::int64_t b = b0; b < b0 + rows; ++b)
-                                         for (std::int64_t q = first_panel; q < first_panel + n; ++q)
-                                           ++visits[static_cast<std::size_t>(b * panels + q)];
-                                     });
-          }).join();
-          const std::string where = "B " + std::to_string(B) + ", " + std::to_string(panels) + " panels in " +
-                                    std::to_string(groups) + " groups, " + std::to_string(threads) + " threads";
-          EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; })) << where;
-          if (threads > 1) {
-            const auto [fewest, most] = std::minmax_element(block_granules.begin(), block_granules.end());
-            EXPECT_LE(*most - *fewest, 1) << where;
+  for (bool same_threads : {false, true})
+    for (int threads : {1, 2, 3, 7})
+      for (std::int64_t B : {1, 5, 12, 100, 1000, 1024})
+        for (std::int64_t panels : {1, 5, 32})
+          for (std::int64_t groups : {1, 2, 3}) {
+            if (groups > panels) continue;
+            std::vector<int> visits(static_cast<std::size_t>(B * panels), 0);
+            std::vector<std::int64_t> block_granules;
+            std::map<std::pair<std::int64_t, std::int64_t>, int> thread_of_task[2];
+            std::mutex mutex;
+            std::thread([&] {
+              omp_set_num_threads(threads);
+              for (int call = 0; call < 2; ++call)
+                cpu::for_each_block_task(
+                    B, kRowBlock, kGranule, panels, groups, threads > 1, same_threads,
+                    [&](std::int64_t b0, int rows, std::int64_t first_panel, std::int64_t n) {
+                      const std::lock_guard lock(mutex);
+                      thread_of_task[call][{b0, first_panel}] = omp_get_thread_num();
+                      if (call == 1) return;
+                      EXPECT_EQ(b0 % kGranule, 0) << "block at row " << b0;
+                      EXPECT_LE(rows, kRowBlock);
+                      if (first_panel == 0) block_granules.push_back((rows + kGranule - 1) / kGranule);
+                      for (std::int64_t b = b0; b < b0 + rows; ++b)
+                        for (std::int64_t q = first_panel; q < first_panel + n; ++q)
+                          ++visits[static_cast<std::size_t>(b * panels + q)];
+                    });
+            }).join();
+            const std::string where = "B " + std::to_string(B) + ", " + std::to_string(panels) + " panels in " +
+                                      std::to_string(groups) + " groups, " + std::to_string(threads) + " threads" +
+                                      (same_threads ? ", same threads" : "");
+            EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; })) << where;
+            if (threads > 1) {
+              const auto [fewest, most] = std::minmax_element(block_granules.begin(), block_granules.end());
+              EXPECT_LE(*most - *fewest, 1) << where;
+            }
+            EXPECT_EQ(thread_of_task[0].size(), thread_of_task[1].size()) << where;
+            if (same_threads) EXPECT_EQ(thread_of_task[0], thread_of_task[1]) << where;
           }
-        }
 }
 
 // The backward's result does not depend on the thread count: each output's sum runs in one order

@@ -892,7 +892,7 @@ void run_blocked(const Problem& p, std::int64_t depth, std::int64_t row_block, s
     const std::int64_t for_threads = parallel ? groups_for_threads(p.B, row_block) : 1;
     const std::int64_t for_size = ceil_div(pairs * 2 * kPanel, kGroupOutputs);
     const std::int64_t groups = std::clamp<std::int64_t>(std::max(for_threads, for_size), 1, pairs);
-    for_each_block_task(p.B, row_block, row_granule, pairs, groups, parallel,
+    for_each_block_task(p.B, row_block, row_granule, pairs, groups, parallel, /*same_threads=*/false,
                         [&](std::int64_t b0, int rows, std::int64_t first_pair, std::int64_t group_pairs) {
                           const std::int64_t k0 = k_block0 + first_pair * 2 * kPanel;
                           const int outputs = static_cast<int>(std::min(group_pairs * 2 * kPanel, p.K - k0));

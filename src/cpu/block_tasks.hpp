@@ -1,7 +1,6 @@
 // How the CPU engines (the SIMD engine and the bfloat16 kernels) share out one packed weight
 // block among OpenMP threads: tasks of (a block of rows of y) x (a group of the block's weight
-// panels), the same ones to the same thread on every call; the sizes they share; and the tiles of
-// their direct paths.
+// panels); the sizes they share; and the tiles of their direct paths.
 #pragma once
 
 #include <omp.h>
@@ -60,26 +59,39 @@ inline std::int64_t block_task_row_blocks(std::int64_t B, std::int64_t row_block
 // block's `panels_total`, in `groups` groups (the last may be smaller). Runs on the OpenMP
 // threads where `parallel`; there the rows are cut into enough blocks of near-equal size that
 // the tasks come in a multiple of the thread count, so no thread is left with a lone last task.
-// Each thread takes the same run of tasks on every call (a static schedule), so that the part of
-// y it wrote last time, if y is reused, is still in its own core's cache: taken dynamically, a
-// short reduction's call (bound by writing y) took 1.7x as long on the 2-core AMX VM, with
-// larger problems unchanged (docs/performance/cpu.md, "Tiles stored straight to y").
+// The threads take tasks as they finish them, unless `same_threads`: then each takes the same
+// run of them on every call (a static schedule), so that the part of y it wrote last time, if y
+// is reused, is still in its own core's cache. For short reductions, bound by writing y (see
+// kSameThreadsMaxReduction), that pays.
 template <class Task>
 void for_each_block_task(std::int64_t B, std::int64_t row_block, std::int64_t row_granule, std::int64_t panels_total,
-                         std::int64_t groups, bool parallel, Task&& task) {
+                         std::int64_t groups, bool parallel, bool same_threads, Task&& task) {
   const std::int64_t granules = ceil_div(B, row_granule);
   const std::int64_t row_blocks = block_task_row_blocks(B, row_block, row_granule, groups, parallel);
   const std::int64_t panels_per_group = ceil_div(panels_total, groups);
-#pragma omp parallel for if (parallel) schedule(static)
-  for (std::int64_t t = 0; t < row_blocks * groups; ++t) {
+  const auto run = [&](std::int64_t t) {
     const std::int64_t block = t / groups, first_panel = (t % groups) * panels_per_group;
     // Block i holds granules [i * granules / row_blocks, (i + 1) * granules / row_blocks).
     const std::int64_t b0 = std::min(B, block * granules / row_blocks * row_granule);
     const std::int64_t b1 = std::min(B, (block + 1) * granules / row_blocks * row_granule);
-    if (first_panel >= panels_total || b1 == b0) continue;
+    if (first_panel >= panels_total || b1 == b0) return;
     task(b0, static_cast<int>(b1 - b0), first_panel, std::min(panels_per_group, panels_total - first_panel));
+  };
+  if (same_threads) {
+#pragma omp parallel for if (parallel) schedule(static)
+    for (std::int64_t t = 0; t < row_blocks * groups; ++t) run(t);
+  } else {
+#pragma omp parallel for if (parallel) schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < row_blocks * groups; ++t) run(t);
   }
 }
+
+// Reductions up to which the engine's block tasks go to the same threads on every call
+// (for_each_block_task's same_threads). Against tasks taken as threads finish them, that took
+// 0.47-0.80x the time at R*H = 2 to 16 (float32, float16 and float64; 0.96x float16 at 16) on the
+// GPU host's 16-core Xeon, 0.84-1.11x at 32 and 1.06-1.16x from 64, where taking them as they
+// come balances the threads' speeds (docs/performance/cpu.md, "Tiles stored straight to y").
+constexpr std::int64_t kSameThreadsMaxReduction = 16;
 
 // f(i) for i in [0, n): on the OpenMP threads (static split) where `parallel`, and otherwise on the
 // calling thread with no OpenMP region at all (an if(false) region alone had made a (1, 7, 5, 3)

@@ -219,7 +219,7 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
 #pragma omp parallel for if (parallel) schedule(static)
       for (std::int64_t q = 0; q < panels; ++q) e.pack_weight_panel(p, k_block0 + q * NR, packed + q * panel_elems);
     }
-    for_each_block_task(p.B, MC, MR, panels, groups, parallel,
+    for_each_block_task(p.B, MC, MR, panels, groups, parallel, p.RH <= kSameThreadsMaxReduction,
                         [&](std::int64_t b0, int mc, std::int64_t first_panel, std::int64_t group_panels) {
                           const std::int64_t k0 = k_block0 + first_panel * NR;
                           const int nc = static_cast<int>(std::min(group_panels * NR, p.K - k0));
