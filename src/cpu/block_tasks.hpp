@@ -88,9 +88,10 @@ void for_each_block_task(std::int64_t B, std::int64_t row_block, std::int64_t ro
 
 // Reductions up to which the engine's block tasks go to the same threads on every call
 // (for_each_block_task's same_threads). Against tasks taken as threads finish them, that took
-// 0.47-0.80x the time at R*H = 2 to 16 (float32, float16 and float64; 0.96x float16 at 16) on the
-// GPU host's 16-core Xeon, 0.84-1.11x at 32 and 1.06-1.16x from 64, where taking them as they
-// come balances the threads' speeds (docs/performance/cpu.md, "Tiles stored straight to y").
+// 0.47-0.80x the time at R*H = 2 to 16 in float32, float16 and float64 (float16 0.96x at 16) on
+// the GPU host's 16-core Xeon, 0.88-1.12x at 32 and 1.06-1.16x at 64, up to 1.30x beyond, where
+// taking them as they come balances the threads' speeds (docs/performance/cpu.md, "Tiles stored
+// straight to y, the same threads for short reductions, and slices of 512").
 constexpr std::int64_t kSameThreadsMaxReduction = 16;
 
 // f(i) for i in [0, n): on the OpenMP threads (static split) where `parallel`, and otherwise on the

@@ -19,14 +19,16 @@ struct Tiling {
   static constexpr int MR = GATHER_GEMM_MR;           // rows of a micro-tile
   static constexpr int MC = MR * 8;                   // rows per packed A block: stays in L2
   // The reduction slice: an NR-wide panel slice of it stays in L1 (AVX2 and SSE2: 32 KB). On
-  // AVX-512 one of 512 (64 KB, read from L2 with prefetching) took 0.83-0.95x the time of 256
-  // where it makes R*H of 257 to 512 one slice (whose tiles go straight to y), 0.97-1.01x from 612
-  // up, on the 2-core AMX VM (docs/performance/cpu.md, "Tiles stored straight to y").
+  // AVX-512 one of 512 (64 KB, read from L2 with prefetching) took 0.85-0.99x the time of 256
+  // where it makes R*H of 257 to 512 one slice (whose tiles go straight to y), 0.98-1.00x from 612
+  // up, on the 2-core AMX VM, 0.91-1.00x on the GPU host's 16-core Xeon (docs/performance/cpu.md,
+  // "Tiles stored straight to y, the same threads for short reductions, and slices of 512").
   static constexpr int KC = GATHER_GEMM_VECTOR_BYTES == 64 ? 512 : 256;
   // A reduction of one slice stores its tiles to y this many bytes of them at a time (they stay
   // in L2), not all of a task's at the end: 0.65-0.89x the time on short reductions of 512 to
   // 4096 rows on the 2-core AMX VM (64 KB 0.86-0.93x, 1 MB 0.67-0.96x; one 128-byte panel at a
-  // time had taken 1.9x at (1, 4096, 64, 2048), y's rows being 8 KB apart).
+  // time had taken 1.9x at (1, 4096, 64, 2048), y's rows being 8 KB apart). Where the tiles go
+  // straight to y (store_tiles_to_y), a row tile walks this many bytes of packed panels instead.
   static constexpr std::int64_t kStoreChunkBytes = std::int64_t{256} << 10;
   // The direct path pays only with reductions long enough for its lane sums (gather_gemm.cpp):
   // R*H >= this many times B. On AVX2, 8 (also with the 4 x 3 tiles below: packed over direct
@@ -648,13 +650,15 @@ inline void store_vector(In* dst, Vec v) {
 
 // compute_tile's one-slice reduction where y holds the accumulators' type along a unit stride:
 // each whole micro-tile goes from the registers to y with the bias added, not through c_buf to be
-// written out and read back (0.61-0.96x the time on the 2-core AMX VM; docs/performance/cpu.md,
-// "Tiles stored straight to y"). A block packed beforehand is read one row tile across a chunk
-// of panels (kStoreChunkBytes of them, in L2) at a time, so that y is written MR rows at a time
-// along their length: a panel at a time down all the task's rows had taken 1.1-1.4x as long with
-// 512 to 4096 rows. A task that packs its own panels (at most MC rows) keeps each panel in L1
-// for its row tiles (a chunk of them packed into L2 had taken 1.07-1.23x as long at 27 to 78
-// rows). Partial tiles go through c_buf (MR x NR).
+// written out and read back (0.60-0.98x the time on the 2-core AMX VM, 0.71-1.01x on the GPU
+// host's 16-core Xeon, but for one call bound by writing y that the same threads then set right:
+// kSameThreadsMaxReduction; docs/performance/cpu.md, "Tiles stored straight to y, the same threads for
+// short reductions, and slices of 512"). A block packed beforehand is read one row tile across a
+// chunk of panels (kStoreChunkBytes of them, in L2) at a time, so that y is written MR rows at a
+// time along their length: a panel at a time down all the task's rows had taken 1.1-1.4x the
+// base's time with 1024 and 4096 rows. A task that packs its own panels (at most MC rows) keeps
+// each panel in L1 for its row tiles (a chunk of them packed into L2 had taken 1.07-1.23x as long
+// at 27 to 78 rows). Partial tiles go through c_buf (MR x NR).
 template <class In, class Acc>
 void store_tiles_to_y(const Problem& p, const Acc* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
                       std::int64_t k0, int nc, Acc* __restrict a_buf, Acc* __restrict b_buf, Acc* __restrict c_buf) {
