@@ -648,17 +648,17 @@ inline void store_vector(In* dst, Vec v) {
   }
 }
 
-// compute_tile's one-slice reduction where y holds the accumulators' type along a unit stride:
-// each whole micro-tile goes from the registers to y with the bias added, not through c_buf to be
-// written out and read back (0.60-0.98x the time on the 2-core AMX VM, 0.71-1.01x on the GPU
-// host's 16-core Xeon, but for one call bound by writing y that the same threads then set right:
-// kSameThreadsMaxReduction; docs/performance/cpu.md, "Tiles stored straight to y, the same threads for
-// short reductions, and slices of 512"). A block packed beforehand is read one row tile across a
-// chunk of panels (kStoreChunkBytes of them, in L2) at a time, so that y is written MR rows at a
-// time along their length: a panel at a time down all the task's rows had taken 1.1-1.4x the
-// base's time with 1024 and 4096 rows. A task that packs its own panels (at most MC rows) keeps
-// each panel in L1 for its row tiles (a chunk of them packed into L2 had taken 1.07-1.23x as long
-// at 27 to 78 rows). Partial tiles go through c_buf (MR x NR).
+// compute_tile's one-slice reduction where y runs along a unit stride in a type that
+// store_vector rounds a vector at a time: each whole micro-tile goes from the registers to y with
+// the bias added, not through c_buf to be written out and read back (0.60-0.98x the time on the
+// 2-core AMX VM; 0.71-1.01x on the GPU host's 16-core Xeon, but for one call bound by writing y
+// that kSameThreadsMaxReduction then set right; docs/performance/cpu.md, "Tiles stored straight
+// to y, the same threads for short reductions, and slices of 512"). A block packed beforehand is
+// read one row tile across a chunk of panels (kStoreChunkBytes of them, in L2) at a time, so that
+// y is written MR rows at a time along their length: a panel at a time down all the task's rows
+// had taken 1.1-1.4x the base's time with 1024 and 4096 rows. A task that packs its own panels
+// (at most MC rows) keeps each panel in L1 for its row tiles (a chunk of them packed into L2 had
+// taken 1.07-1.23x as long at 27 to 78 rows). Partial tiles go through c_buf (MR x NR).
 template <class In, class Acc>
 void store_tiles_to_y(const Problem& p, const Acc* packed_weight, std::int64_t k_block0, std::int64_t b0, int mc,
                       std::int64_t k0, int nc, Acc* __restrict a_buf, Acc* __restrict b_buf, Acc* __restrict c_buf) {
@@ -696,11 +696,13 @@ void store_tiles_to_y(const Problem& p, const Acc* packed_weight, std::int64_t k
     }
     return;
   }
-  const Acc* first = packed_weight + (k0 - k_block0) / T::NR * std::int64_t{kc} * T::NR;
-  const int chunk_panels = std::clamp(static_cast<int>(T::kStoreChunkBytes / (std::int64_t{kc} * T::NR * sizeof(Acc))), 1, panels);
+  const std::int64_t panel_elems = std::int64_t{kc} * T::NR;
+  const Acc* first = packed_weight + (k0 - k_block0) / T::NR * panel_elems;
+  const int chunk_panels =
+      std::clamp(static_cast<int>(T::kStoreChunkBytes / (panel_elems * std::int64_t{sizeof(Acc)})), 1, panels);
   for (int q0 = 0; q0 < panels; q0 += chunk_panels)
     for (int ir = 0; ir < mc; ir += T::MR)
-      for (int q = q0; q < std::min(q0 + chunk_panels, panels); ++q) tile(ir, q, first + q * std::int64_t{kc} * T::NR);
+      for (int q = q0; q < std::min(q0 + chunk_panels, panels); ++q) tile(ir, q, first + q * panel_elems);
 }
 
 // y[b0 .. b0+mc, k0 .. k0+nc) = bias + A_rows * W_cols^T, reading the packed weight block that
@@ -753,7 +755,6 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   }
   store_rows<In, Acc>(p, c_buf, nc_padded, b0, mc, k0, nc);
 }
-
 
 // One round of lane_sums for L lanes in groups of Group: lane i of a pair's result sums half-group
 // i % (Group / 2) of group i / (Group / 2), the first vector's groups before the second's. The two
@@ -886,7 +887,7 @@ Vec weight_tail_vector(const In* src, int tail) {
 template <class In, class Acc, int BT, int KT = 4>
 void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_t k0, int kt) {
   constexpr int L = Tiling<Acc>::kLanes;
-  typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
+  using Vec = VectorOf<Acc>;
   const In* w[KT];
   direct_tile_weight_rows(p, k0, kt, w);
   const Acc* a[BT];
@@ -1003,7 +1004,7 @@ void direct_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_
 template <class In, class Acc>
 void single_row_tile(const Problem& p, const Acc* row, std::int64_t k0, int kt) {
   constexpr int L = Tiling<Acc>::kLanes, KT = L;
-  typedef Acc Vec __attribute__((vector_size(GATHER_GEMM_VECTOR_BYTES)));
+  using Vec = VectorOf<Acc>;
   const In* w[KT];
   direct_tile_weight_rows(p, k0, kt, w);
   const auto [vectors_end, tail, vector_tail, summed] = split_reduction<In, Acc>(p.RH);
