@@ -138,13 +138,15 @@ TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
 // The packed path where one block of rows (B <= MC = 96 on AVX-512 and AVX2) packs each weight
 // panel's slice inside its task, on every thread: reductions of several KC slices, weights of
 // several 4 MB blocks, MR-panels cut short, float64's 8 x 8 transpositions with slices of 8 and
-// more; and reductions of one slice, whose tiles go to y in chunks of columns (several here, with
-// one block of rows and with several).
+// more; and reductions of one slice, whose whole tiles go straight to y (partial ones through the
+// buffer), or, where the engine rounds one element at a time (float16 on SSE2), whose tiles go to
+// y in chunks of columns (several here: 4500 columns, 2048 to a chunk of 32 rows).
 TEST(CpuForwardLarge, PackedPanelsInTasksAndStoresInChunks) {
   for (DType dtype : {DType::float32, DType::float64, DType::float16})
-    for (Shape shape : {Shape{1, 90, 1100, 1000}, Shape{3, 41, 300, 2100}, Shape{5, 13, 9, 3381}, Shape{2, 200, 64, 1500}})
+    for (Shape shape : {Shape{1, 90, 1100, 1000}, Shape{3, 41, 300, 2100}, Shape{5, 13, 9, 3381}, Shape{2, 200, 64, 1500},
+                        Shape{1, 64, 20, 4500}})
       for (Layout layout : {Layout::contiguous, Layout::head_major, Layout::strided, Layout::misaligned})
-        for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2}) {
+        for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable}) {
           if (!cpu::simd_level_supported(level)) continue;
           const Case c{shape, dtype, layout, true};
           const double err = error_of(c, [&](Operands& o) {
