@@ -1,8 +1,12 @@
 // The CPU backward against the exact reference over shapes, dtypes and layouts of x and of its
 // gradient; partial requests; determinism; and every bad argument named, with nothing written.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <cmath>
 #include <iterator>
+#include <limits>
+#include <vector>
 #include <string>
 
 #include "backward_support.hpp"
@@ -102,6 +106,64 @@ TEST(CpuBackward, SameInputsSameBits) {
   EXPECT_EQ(a.grad_x.storage, b.grad_x.storage);
   EXPECT_EQ(a.grad_weight.storage, b.grad_weight.storage);
   EXPECT_EQ(a.grad_bias.storage, b.grad_bias.storage);
+}
+
+// The bias gradient is each column's sum rounded once: a 1 followed by 65,539 values of 2^-24 (a
+// half ulp of 1 in float32, so a float32 running sum never moves from 1) gives 1 + 65539 * 2^-24,
+// rounded to the dtype. Over any thread count, the same bits: the rows' chunks are fixed by the
+// shape. K = 1, 40 and 300 take every column group and, at 1 and 40 outputs, many chunks of rows.
+TEST(CpuBackward, BiasGradientRoundsEachSumOnce) {
+  constexpr std::int64_t B = 65540;
+  const int default_threads = omp_get_max_threads();
+  for (DType dtype : {DType::float32, DType::float16, DType::bfloat16}) {
+    for (std::int64_t K : {1, 40, 300}) {
+      const BackwardCase c{{1, B, 1, K}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
+      BackwardOperands o = make_backward_operands(c, 7);
+      const std::int64_t ld = o.grad_y.view.stride(0);
+      o.grad_y.fill([&](std::size_t i) {
+        const std::int64_t e = static_cast<std::int64_t>(i) - o.grad_y.offset;
+        return e >= 0 && e / ld == (e % ld) % 7 ? 1.0 : 0x1p-24;  // column k's 1 in row k % 7
+      });
+      const double sum = 1.0 + static_cast<double>(B - 1) * 0x1p-24;
+      HostTensor expected = contiguous_tensor(dtype, {1});
+      expected.set(0, sum);  // rounded once, to nearest
+      for (int threads : {1, 2, 3}) {
+        o.grad_bias.fill_nan();
+        omp_set_num_threads(threads);
+        backward(o.grad_y.view, o.x.view, o.weight.view, o.gradients(false, false, true));
+        for (std::int64_t k = 0; k < K; ++k)
+          EXPECT_EQ(o.grad_bias.at({k}), expected.at({0})) << c << " column " << k << ", " << threads << " threads";
+      }
+    }
+  }
+  omp_set_num_threads(default_threads);
+}
+
+// The column sums at every instruction-set level this processor has: the same bits as summing
+// each column in double in order of b, over widths that take every column group and its tails
+// (128, 32 and 16 or 8 columns; masked last loads), padded rows and a row count of 0.
+TEST(CpuBackward, BiasColumnSumsAtEverySimdLevel) {
+  for (DType dtype : {DType::float32, DType::float64, DType::float16, DType::bfloat16}) {
+    for (std::int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 100, 127, 128, 129, 200, 256}) {
+      for (std::int64_t rows : {0, 1, 5, 300}) {
+        const std::int64_t stride = n + 3;
+        HostTensor grad_y(dtype, {std::max<std::int64_t>(rows, 1), n}, {stride, 1});
+        grad_y.fill_uniform(static_cast<std::uint32_t>(n * 1000 + rows), -1e3, 1e3);
+        std::vector<double> expected(static_cast<std::size_t>(n), 0.0);
+        for (std::int64_t b = 0; b < rows; ++b)
+          for (std::int64_t k = 0; k < n; ++k) expected[static_cast<std::size_t>(k)] += grad_y.at({b, k});
+        for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable}) {
+          if (!cpu::simd_level_supported(level)) continue;
+          std::vector<double> sums(static_cast<std::size_t>(n) + 1, std::numeric_limits<double>::quiet_NaN());
+          cpu::bias_column_sums(dtype, grad_y.view.data, stride, rows, n, sums.data(), level);
+          EXPECT_TRUE(std::isnan(sums.back())) << "wrote past the sums";
+          sums.pop_back();
+          EXPECT_EQ(sums, expected) << dtype_name(dtype) << " n " << n << " rows " << rows << " level "
+                                    << static_cast<int>(level);
+        }
+      }
+    }
+  }
 }
 
 // ---- errors -------------------------------------------------------------------------------

@@ -19,6 +19,8 @@
 
 #include "core/kernel_registry.hpp"
 #include "core/numeric.hpp"
+#include "cpu/avx512_helpers.hpp"
+#include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/scratch.hpp"
 
@@ -152,56 +154,194 @@ void weight_gradient(const BackwardProblem& bp) {
   run_gemm(g);
 }
 
-// sum[k] += row[k] for k < n, each element widened to Acc.
-template <class In, class Acc>
-void add_row(const In* row, Acc* sum, std::int64_t n) {
-  for (std::int64_t k = 0; k < n; ++k) sum[k] += load_as<Acc>(row[k]);
+// sums[k] = the sum over b < rows of first[b * stride + k], for k < n, each element widened to
+// double and added in order of b.
+template <class In>
+void column_sums_portable(const In* first, std::int64_t stride, std::int64_t rows, std::int64_t n, double* sums) {
+  std::fill_n(sums, n, 0.0);
+  for (std::int64_t b = 0; b < rows; ++b)
+    for (std::int64_t k = 0; k < n; ++k) sums[k] += load_as<double>(first[b * stride + k]);
 }
+
+#ifdef GATHER_LINEAR_HAS_AVX512_HELPERS
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#pragma GCC diagnostic push
+// GCC 12's conversion and extraction intrinsics start from _mm512_undefined
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The sums of 8 * kVectors columns (the first `count` of them stored), each 8 in a register down
+// all the rows, reading `count` elements of each row. 128 columns at a time read a row in runs of
+// 512 bytes (float32); 32 at a time, or double sums added into memory a row at a time, had taken
+// up to 1.2x and 1.7x the time of the float32 sums before them.
+template <int kVectors, class In>
+void column_sums_in_registers(const In* first, std::int64_t stride, std::int64_t rows, int count, double* sums) {
+  constexpr int kColumns = 8 * kVectors;
+  __m512d acc[kVectors];
+  for (int i = 0; i < kVectors; ++i) acc[i] = _mm512_setzero_pd();
+  for (std::int64_t b = 0; b < rows; ++b) {
+    const In* row = first + b * stride;
+    if constexpr (std::is_same_v<In, double>) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kVectors; ++i) {
+        const int left = count - 8 * i;
+        const __m512d v = left >= 8 ? _mm512_loadu_pd(row + 8 * i)
+                                    : _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << left) - 1), row + 8 * i);
+        acc[i] = _mm512_add_pd(acc[i], v);
+      }
+    } else {
+      static_assert(kVectors % 2 == 0, "16 values a load");
+#pragma GCC unroll 8
+      for (int i = 0; i < kVectors / 2; ++i) {
+        const int left = count - 16 * i;
+        const __m512 v = left >= 16 ? load16_as_float(row + 16 * i) : load_first_as_float(row + 16 * i, left);
+        acc[2 * i] = _mm512_add_pd(acc[2 * i], _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+        acc[2 * i + 1] = _mm512_add_pd(
+            acc[2 * i + 1], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+      }
+    }
+  }
+  if (count == kColumns) {
+    for (int i = 0; i < kVectors; ++i) _mm512_storeu_pd(sums + 8 * i, acc[i]);
+    return;
+  }
+  alignas(64) double all[kColumns];
+  for (int i = 0; i < kVectors; ++i) _mm512_store_pd(all + 8 * i, acc[i]);
+  std::copy_n(all, count, sums);
+}
+
+template <class In>
+void column_sums_avx512(const In* first, std::int64_t stride, std::int64_t rows, std::int64_t n, double* sums) {
+  constexpr int kLast = std::is_same_v<In, double> ? 1 : 2;  // vectors of the last group: one load
+  std::int64_t k = 0;
+  for (; k + 128 <= n; k += 128) column_sums_in_registers<16>(first + k, stride, rows, 128, sums + k);
+  for (; k + 32 <= n; k += 32) column_sums_in_registers<4>(first + k, stride, rows, 32, sums + k);
+  for (; k < n; k += 8 * kLast)
+    column_sums_in_registers<kLast>(first + k, stride, rows, static_cast<int>(std::min<std::int64_t>(8 * kLast, n - k)),
+                                    sums + k);
+}
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// float16 through F16C, 8 columns at a time: the same sums (each lane one column's, over b in
-// order), where core/numeric.hpp's portable widening, one element at a time, had made float16's
-// bias gradient take about 4x float32's time (4.4 against 1.2 ms at B = 4096, K = 2048 on two
-// cores of the AMX VM).
-__attribute__((target("avx,f16c"))) void add_row_f16c(const Half* row, float* sum, std::int64_t n) {
-  std::int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    const __m256 widened = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k)));
-    _mm256_storeu_ps(sum + k, _mm256_add_ps(_mm256_loadu_ps(sum + k), widened));
+// 8 consecutive float32, float16 or bfloat16 values as float32.
+template <class In>
+__attribute__((target("avx2,f16c"))) inline __m256 load8_as_float(const In* src) {
+  if constexpr (std::is_same_v<In, float>) {
+    return _mm256_loadu_ps(src);
+  } else {
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    if constexpr (std::is_same_v<In, Half>) return _mm256_cvtph_ps(bits);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
   }
-  for (; k < n; ++k) sum[k] += _cvtsh_ss(row[k].bits);
 }
 
-template <>
-void add_row(const Half* row, float* sum, std::int64_t n) {
-  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-  if (f16c) return add_row_f16c(row, sum, n);
-  for (std::int64_t k = 0; k < n; ++k) sum[k] += to_float(row[k]);
+// AVX2 with F16C: the sums of 4 * kVectors columns, each 4 in a register down all the rows (the
+// float32, float16 and bfloat16 values read 8 at a time).
+template <int kVectors, class In>
+__attribute__((target("avx2,f16c"))) void column_sums_in_registers_avx2(const In* first, std::int64_t stride,
+                                                                        std::int64_t rows, double* sums) {
+  __m256d acc[kVectors];
+  for (int i = 0; i < kVectors; ++i) acc[i] = _mm256_setzero_pd();
+  for (std::int64_t b = 0; b < rows; ++b) {
+    const In* row = first + b * stride;
+    if constexpr (std::is_same_v<In, double>) {
+#pragma GCC unroll 8
+      for (int i = 0; i < kVectors; ++i) acc[i] = _mm256_add_pd(acc[i], _mm256_loadu_pd(row + 4 * i));
+    } else {
+      static_assert(kVectors % 2 == 0, "8 values a load");
+#pragma GCC unroll 4
+      for (int i = 0; i < kVectors / 2; ++i) {
+        const __m256 v = load8_as_float(row + 8 * i);
+        acc[2 * i] = _mm256_add_pd(acc[2 * i], _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        acc[2 * i + 1] = _mm256_add_pd(acc[2 * i + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+      }
+    }
+  }
+  for (int i = 0; i < kVectors; ++i) _mm256_storeu_pd(sums + 4 * i, acc[i]);
+}
+
+// 32 columns at a time (8 registers of sums, fitting AVX2's 16), then 8, the last few portably.
+template <class In>
+void column_sums_avx2(const In* first, std::int64_t stride, std::int64_t rows, std::int64_t n, double* sums) {
+  std::int64_t k = 0;
+  for (; k + 32 <= n; k += 32) column_sums_in_registers_avx2<8>(first + k, stride, rows, sums + k);
+  for (; k + 8 <= n; k += 8) column_sums_in_registers_avx2<2>(first + k, stride, rows, sums + k);
+  if (k < n) column_sums_portable(first + k, stride, rows, n - k, sums + k);
 }
 #endif
 
-// Blocks of columns to the OpenMP threads, each summed row by row: every column's sum runs over b
-// in order whatever the thread count, and the inner loop runs along contiguous k.
+// Every level adds each column's values in the same order, in double: the same bits.
+template <class In>
+void column_sums(const In* first, std::int64_t stride, std::int64_t rows, std::int64_t n, double* sums,
+                 SimdLevel level = SimdLevel::best) {
+  static const bool avx512 = simd_level_supported(SimdLevel::avx512), avx2 = simd_level_supported(SimdLevel::avx2);
+#ifdef GATHER_LINEAR_HAS_AVX512_HELPERS
+  if (level == SimdLevel::avx512 || (level == SimdLevel::best && avx512))
+    return column_sums_avx512(first, stride, rows, n, sums);
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (level == SimdLevel::avx2 || (level == SimdLevel::best && avx2))
+    return column_sums_avx2(first, stride, rows, n, sums);
+#endif
+  column_sums_portable(first, stride, rows, n, sums);
+}
+
+// The bias gradient: grad_y's column sums, in double for every dtype, rounded once. (Summed in
+// float32 over b, float32's had 10-100x the error of ATen's cascaded sum: 8e-5 of the largest sum
+// at B = 2971, 2.4e-5 at B = 2^20, against 2e-7 to 9e-6; docs/performance/cpu.md, "The bias
+// gradient in double".) The rows are cut into chunks fixed by B and K alone, never by the thread
+// count, so every thread count gives the same bits: enough chunks that a few column blocks still
+// make about kBiasTasks tasks (with K <= 256 the sums had run on one thread), of at least
+// kBiasChunkRows rows. Each task sums its rows in order; the chunks' partial sums are then added
+// in chunk order.
+constexpr std::int64_t kBiasColumns = 256, kBiasChunkRows = 1024, kBiasTasks = 64;
+thread_local Scratch bias_partials_scratch;
+
 template <class In>
 void bias_gradient(const BackwardProblem& bp) {
-  using Acc = std::conditional_t<std::is_same_v<In, double>, double, float>;
-  constexpr std::int64_t kColumns = 256;
   const Problem& f = bp.forward;
   const In* grad_y = static_cast<const In*>(bp.grad_y);
   In* out = static_cast<In*>(bp.grad_bias);
-#pragma omp parallel for if (f.B * f.K >= kParallelElements) schedule(static)
-  for (std::int64_t k0 = 0; k0 < f.K; k0 += kColumns) {
-    const std::int64_t n = std::min(kColumns, f.K - k0);
-    Acc sum[kColumns] = {};
-    for (std::int64_t b = 0; b < f.B; ++b) {
-      const In* row = grad_y + b * bp.grad_y_stride_b + k0;
-      add_row(row, sum, n);
-    }
-    for (std::int64_t k = 0; k < n; ++k) out[k0 + k] = store_as<In>(sum[k]);
+  const std::int64_t column_blocks = ceil_div(f.K, kBiasColumns);
+  const std::int64_t wanted_chunks = std::min(f.B / kBiasChunkRows, ceil_div(kBiasTasks, column_blocks));
+  const std::int64_t chunk_rows = ceil_div(f.B, std::max<std::int64_t>(wanted_chunks, 1));
+  const std::int64_t chunks = f.B > 0 ? ceil_div(f.B, chunk_rows) : 1;
+  double* partials = chunks > 1 ? static_cast<double*>(bias_partials_scratch.bytes(
+                                      static_cast<std::size_t>(chunks * f.K) * sizeof(double)))
+                                : nullptr;
+  const bool parallel = f.B * f.K >= kParallelElements;
+#pragma omp parallel for if (parallel) schedule(static)
+  for (std::int64_t task = 0; task < column_blocks * chunks; ++task) {
+    const std::int64_t k0 = task / chunks * kBiasColumns, chunk = task % chunks;
+    const std::int64_t n = std::min(kBiasColumns, f.K - k0);
+    const std::int64_t b_end = std::min(f.B, (chunk + 1) * chunk_rows);
+    double sum[kBiasColumns];
+    const std::int64_t b0 = chunk * chunk_rows;
+    column_sums(grad_y + b0 * bp.grad_y_stride_b + k0, bp.grad_y_stride_b, b_end - b0, n, sum);
+    if (partials == nullptr)
+      for (std::int64_t k = 0; k < n; ++k) out[k0 + k] = store_as<In>(sum[k]);
+    else
+      std::copy_n(sum, n, partials + chunk * f.K + k0);
+  }
+  if (partials == nullptr) return;
+#pragma omp parallel for if (parallel && f.K >= kBiasColumns) schedule(static)
+  for (std::int64_t k = 0; k < f.K; ++k) {
+    double total = 0;
+    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) total += partials[chunk * f.K + k];
+    out[k] = store_as<In>(total);
   }
 }
 
 }  // namespace
+
+void bias_column_sums(DType dtype, const void* first, std::int64_t stride, std::int64_t rows, std::int64_t n,
+                      double* sums, SimdLevel level) {
+  if (!simd_level_supported(level))
+    throw Error(ErrorCode::unsupported, "level", "this processor does not support the requested SIMD level");
+  visit_floating_dtype(dtype, [&]<class In>() { column_sums(static_cast<const In*>(first), stride, rows, n, sums, level); });
+}
 
 void run_backward(const BackwardProblem& p) {
   if (p.grad_x) visit_floating_dtype(p.forward.dtype, [&]<class In>() { input_gradient<In>(p); });

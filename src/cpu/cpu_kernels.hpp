@@ -58,6 +58,13 @@ std::int64_t amx_split_min_rows();  // 256 a thread of OpenMP's
 // rows or little work.
 bool bf16_dot_packed_beats_engine(const Problem& p);
 
+// The backward's bias gradient before rounding (backward.cpp): sums[k], for k < n, is the sum over
+// b < rows of first[b * stride + k] (of `dtype`), each value widened to double and added in order
+// of b, at an instruction-set level (every level gives the same bits). Throws gather_linear::Error
+// if `level` is not supported by this processor.
+void bias_column_sums(DType dtype, const void* first, std::int64_t stride, std::int64_t rows, std::int64_t n,
+                      double* sums, SimdLevel level);
+
 // Exact reference: y_ref[b*K + k] in double precision, single-threaded, from the definition.
 std::vector<double> reference_forward(const Problem& p);
 // The same for the listed rows b only: out[i*K + k] belongs to row rows[i].
