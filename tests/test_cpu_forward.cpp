@@ -1,13 +1,16 @@
 // CPU kernels against the exact reference over a sweep of shapes, dtypes and layouts.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/kernel_registry.hpp"
@@ -119,6 +122,45 @@ TEST(CpuRandomProblems, DispatchedForwardMatchesTheReference) {
   }
   std::cout << "kernels:" << tally.str() << "\n";
   EXPECT_TRUE(tally.reached("cpu_gather_gemm")) << tally.str();
+}
+
+// The same random problems (up to 2^20 multiply-adds) through every forced engine level and path,
+// and the bfloat16 kernels where they take the problem, on 1 to 3 threads: the layouts no sweep
+// lists (zero strides, overlapping weight rows, any dimension order) reach every path, not only
+// the one the dispatcher picks.
+TEST(CpuRandomProblems, EveryLevelPathAndKernelMatchesTheReference) {
+  const int default_threads = omp_get_max_threads();
+  for (std::uint32_t seed = 0; seed < 120; ++seed) {
+    const DType dtype = kDtypes[seed % std::size(kDtypes)];
+    omp_set_num_threads(1 + static_cast<int>(seed % 3));
+    const std::vector<double> ref = [&] {
+      const RandomForwardProblem p = random_forward_problem(seed, dtype, std::int64_t{1} << 20);
+      return reference_of(p.operands);
+    }();
+    std::vector<std::pair<std::string, std::function<void(const Problem&)>>> runs;
+    for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable}) {
+      if (!cpu::simd_level_supported(level)) continue;
+      for (auto path : {cpu::GemmPath::automatic, cpu::GemmPath::packed, cpu::GemmPath::direct, cpu::GemmPath::row_blocks})
+        runs.emplace_back("level " + std::to_string(static_cast<int>(level)) + " path " + path_name(path),
+                          [=](const Problem& p) { cpu::run_gather_gemm(p, level, path); });
+    }
+    runs.emplace_back("cpu_amx_bf16", cpu::run_amx_bf16);  // where it takes the problem (below)
+    runs.emplace_back("cpu_bf16_dot", cpu::run_bf16_dot);
+    for (const auto& [what, run] : runs) {
+      RandomForwardProblem p = random_forward_problem(seed, dtype, std::int64_t{1} << 20);
+      Operands& o = p.operands;
+      const Problem problem = validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view);
+      if ((what == "cpu_amx_bf16" && !cpu::amx_bf16_why_not(problem).empty()) ||
+          (what == "cpu_bf16_dot" && !cpu::bf16_dot_why_not(problem).empty()))
+        continue;
+      run(problem);
+      const double err = relative_error(o.y, ref, p.shape.B, p.shape.K);
+      ASSERT_FALSE(std::isnan(err)) << p.description << " " << what << ": NaN left in y";
+      EXPECT_LE(err, rounding_tolerance(dtype)) << p.description << " " << what;
+      EXPECT_TRUE(gaps_untouched(o.y)) << p.description << " " << what << ": wrote outside y's view";
+    }
+  }
+  omp_set_num_threads(default_threads);
 }
 
 // Large enough for several packed weight blocks (> 4 MB), many row blocks and all threads; the
