@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <functional>
@@ -1266,6 +1267,61 @@ TEST_F(CudaTest, RandomProblemsMatchTheReference) {
                                "cuda_unfused_cublaslt"})
       EXPECT_TRUE(tally.reached(family)) << family << " never chosen:" << tally.str();
   }
+}
+
+// The same kind of random problems (up to 2^22 multiply-adds) with every CUDA kernel forced where
+// it takes the problem, so that layouts no sweep lists (zero strides, overlapping weight rows, any
+// dimension order) reach the fallbacks too. The unfused baseline is held to the rounding bound;
+// the others, in 16-bit and TF32, to twice the baseline's own error on the problem where it runs:
+// a TF32 sum that cancels to a small result has a large relative error in any kernel.
+TEST_F(CudaTest, RandomProblemsOnEveryKernel) {
+  const TestStream stream;
+  KernelTally tally;
+  for (std::uint32_t seed = 0; seed < 250; ++seed) {
+    const auto [dtype, precision] = kRandomModes[seed % std::size(kRandomModes)];
+    RandomForwardProblem p = random_forward_problem(seed, dtype, std::int64_t{1} << 22);
+    Operands& o = p.operands;
+    const std::vector<std::byte> poisoned = o.y.storage;
+    const std::string problem = p.description + (precision == Fp32Precision::tf32 ? " tf32" : "");
+    // The forced kernel's error, or nothing where it does not take the problem.
+    const auto error_of_kernel = [&](const KernelEntry& kernel) -> std::optional<double> {
+      const DeviceOperands d(o);
+      Options options;
+      options.kernel = kernel.info.name;  // the registry's names live as long as the program
+      options.fp32_precision = precision;
+      const Problem forward_problem = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+      if (!kernel.why_not(forward_problem, options).empty()) return std::nullopt;
+      tally.add(kernel.info.name);
+      d.forward(options, stream);
+      const cudaError_t status = cudaStreamSynchronize(stream);
+      EXPECT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << problem << " kernel " << kernel.info.name;
+      const double err = downloaded_error(o, d);
+      EXPECT_TRUE(gaps_untouched(o.y)) << problem << " kernel " << kernel.info.name << ": wrote outside y's view";
+      std::copy(poisoned.begin(), poisoned.end(), o.y.storage.begin());  // the view points into it
+      return err;
+    };
+    std::optional<double> baseline;
+    for (const KernelEntry& kernel : cuda::kernels())
+      if (kernel.info.name == kBaseline) baseline = error_of_kernel(kernel);
+    // cuBLASLt's bias epilogue rounds a 16-bit result a second time (RandomProblemsMatchTheReference)
+    const bool rounded_twice = is_low_precision(dtype) && !o.bias.storage.empty();
+    if (baseline) {
+      ASSERT_FALSE(std::isnan(*baseline)) << problem << " kernel " << kBaseline << ": NaN left in y";
+      EXPECT_LE(*baseline, rounding_tolerance(dtype, precision) * (rounded_twice ? 2 : 1)) << problem;
+    }
+    const bool rounding = is_low_precision(dtype) || precision == Fp32Precision::tf32;
+    const double limit = std::max(rounding_tolerance(dtype, precision), rounding && baseline ? 2 * *baseline : 0.0);
+    for (const KernelEntry& kernel : cuda::kernels()) {
+      if (kernel.info.name == kBaseline) continue;
+      const std::optional<double> err = error_of_kernel(kernel);
+      if (!err) continue;
+      ASSERT_FALSE(std::isnan(*err)) << problem << " kernel " << kernel.info.name << ": NaN left in y";
+      EXPECT_LE(*err, limit) << problem << " kernel " << kernel.info.name;
+    }
+  }
+  std::cout << "kernels:" << tally.str() << "\n";
+  for (const char* kernel : {"cuda_latency", "cuda_simt_tiled", "cuda_tensor_core_mma", kBaseline})
+    EXPECT_TRUE(tally.reached(kernel)) << kernel << " never ran:" << tally.str();
 }
 
 }  // namespace
