@@ -288,9 +288,9 @@ void column_sums(const In* first, std::int64_t stride, std::int64_t rows, std::i
   column_sums_portable(first, stride, rows, n, sums);
 }
 
-// The bias gradient: grad_y's column sums, in double for every dtype, rounded once. (Summed in
-// float32 over b, float32's had 10-100x the error of ATen's cascaded sum: 8e-5 of the largest sum
-// at B = 2971, 2.4e-5 at B = 2^20, against 2e-7 to 9e-6; docs/performance/cpu.md, "The bias
+// The bias gradient: grad_y's column sums, in double for every dtype, rounded once. (float32
+// running sums down b had 10-100x the error of ATen's cascaded sum: 8e-5 of the largest sum at
+// B = 2971, 2.5e-5 at B = 2^20, against ATen's 2e-7 to 9e-6; docs/performance/cpu.md, "The bias
 // gradient in double".) The rows are cut into chunks fixed by B and K alone, never by the thread
 // count, so every thread count gives the same bits: enough chunks that a few column blocks still
 // make about kBiasTasks tasks (with K <= 256 the sums had run on one thread), of at least
