@@ -1042,6 +1042,85 @@ void single_row_tile(const Problem& p, const Acc* row, std::int64_t k0, int kt) 
   }
 }
 
+#if GATHER_GEMM_AVX512
+// Whether the direct path takes gathered_columns_tile (float32 and float64, AVX-512): reductions of
+// up to a vector, where dotting rows leaves lanes idle and most of the time in lane sums. Against
+// those tiles, on the 2-core AMX VM: 0.21-0.69x the time up to R*H = 8 in float32 and 6 in float64
+// with 1 to 4 rows, 0.59-0.87x at R*H = 12 in float32; at a whole vector 0.40-0.83x with 2 to 4
+// rows, but 0.91-1.16x (float64) and 1.16-1.30x (float32) with one, whose row fills the vector
+// (docs/performance/cpu.md, "Short reductions as gathered weight columns").
+template <class Acc>
+constexpr bool gathered_columns_pay(std::int64_t B, std::int64_t RH) {
+  constexpr std::int64_t L = Tiling<Acc>::kLanes;
+  return RH < L || (RH == L && B >= 2);
+}
+
+// The intrinsics' register and mask types for a vector of Acc.
+template <class Acc>
+struct Avx512Register;
+template <>
+struct Avx512Register<float> {
+  using type = __m512;
+  using mask = __mmask16;
+};
+template <>
+struct Avx512Register<double> {
+  using type = __m512d;
+  using mask = __mmask8;
+};
+
+// y[b0 + i, k0 .. k0+kt) for i < BT: column c of the weight's kt rows gathered into a vector (a
+// lane per row, weight_stride_k apart) and multiplied by A[i, c] broadcast, so that the sums come
+// out a vector of outputs at a time, with no lane sums. Needs the weight's rows along a unit stride,
+// (L-1) * weight_stride_k below 2^31 (32-bit gather offsets) and y along a unit stride.
+template <class Acc, int BT>
+void gathered_columns_tile(const Problem& p, const Acc* rows, std::int64_t b0, std::int64_t k0, int kt) {
+  using Vec = typename Avx512Register<Acc>::type;
+  using Mask = typename Avx512Register<Acc>::mask;
+  const Mask mask = static_cast<Mask>((1u << kt) - 1);
+  const std::int64_t lda = direct_row_stride<Acc>(p.RH);
+  const Acc* w = static_cast<const Acc*>(p.weight) + k0 * p.weight_stride_k;
+  const int stride = static_cast<int>(p.weight_stride_k);
+  Vec acc[BT];
+  for (int i = 0; i < BT; ++i) {
+    if constexpr (std::is_same_v<Acc, float>)
+      acc[i] = _mm512_setzero_ps();
+    else
+      acc[i] = _mm512_setzero_pd();
+  }
+  // Lane j reads row j: j * weight_stride_k elements on (16 lanes for float32, 8 for float64).
+  const __m512i offsets16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(stride));
+  const __m256i offsets8 = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
+  for (std::int64_t c = 0; c < p.RH; ++c) {
+    Vec column;
+    if constexpr (std::is_same_v<Acc, float>)
+      column = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, offsets16, w + c, sizeof(float));
+    else
+      column = _mm512_mask_i32gather_pd(_mm512_setzero_pd(), mask, offsets8, w + c, sizeof(double));
+#pragma GCC unroll 4
+    for (int i = 0; i < BT; ++i) {
+      if constexpr (std::is_same_v<Acc, float>)
+        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(rows[i * lda + c]), column, acc[i]);
+      else
+        acc[i] = _mm512_fmadd_pd(_mm512_set1_pd(rows[i * lda + c]), column, acc[i]);
+    }
+  }
+  const Acc* bias = static_cast<const Acc*>(p.bias);
+  Acc* y = static_cast<Acc*>(p.y);
+  for (int i = 0; i < BT; ++i) {
+    Acc* out = y + (b0 + i) * p.y_stride_b + k0;
+    if constexpr (std::is_same_v<Acc, float>) {
+      const __m512 sum = bias ? _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(mask, bias + k0)) : acc[i];
+      _mm512_mask_storeu_ps(out, mask, sum);
+    } else {
+      const __m512d sum = bias ? _mm512_add_pd(acc[i], _mm512_maskz_loadu_pd(mask, bias + k0)) : acc[i];
+      _mm512_mask_storeu_pd(out, mask, sum);
+    }
+  }
+}
+#endif
+
 // A single row of A takes single_row_tile up to this reduction length: on AVX-512 0.44-0.80x the
 // time of the 4-row tiles at R*H = 9-256 on the Zen 4 VM, but about 2x at 1024, where 16 weight
 // rows read side by side stream worse than one (docs/performance/cpu.md, "A single row against 16
@@ -1073,6 +1152,17 @@ void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
     return;
   }
   const bool parallel = direct_parallel_pays(p, Tiling<Acc>::kFlopWeight);
+#if GATHER_GEMM_AVX512
+  if constexpr (std::is_same_v<In, Acc>)
+    if (gathered_columns_pay<Acc>(p.B, p.RH) && p.y_stride_k == 1 &&
+        p.weight_stride_k < (std::int64_t{1} << 31) / Tiling<Acc>::kLanes) {
+      for_each_direct_tile<Tiling<Acc>::kLanes>(p.B, p.K, parallel, [&](auto rows, std::int64_t b0, std::int64_t k0,
+                                                                          int kt) {
+        gathered_columns_tile<Acc, decltype(rows)::value>(p, rows_buf + b0 * lda, b0, k0, kt);
+      });
+      return;
+    }
+#endif
 #if GATHER_GEMM_AVX512 || GATHER_GEMM_AVX2
   if (p.B == 1 && p.RH <= kSingleRowTileMaxReduction) {
     constexpr int KT = Tiling<Acc>::kLanes;
