@@ -1045,8 +1045,8 @@ void single_row_tile(const Problem& p, const Acc* row, std::int64_t k0, int kt) 
 #if GATHER_GEMM_AVX512
 // Whether the direct path takes gathered_columns_tile (float32 and float64, AVX-512): reductions of
 // up to a vector, where dotting rows leaves lanes idle and most of the time in lane sums. Against
-// those tiles, on the 2-core AMX VM: 0.21-0.69x the time up to R*H = 8 in float32 and 6 in float64
-// with 1 to 4 rows, 0.59-0.87x at R*H = 12 in float32; at a whole vector 0.40-0.83x with 2 to 4
+// those tiles, on the 2-core AMX VM: 0.23-0.68x the time up to R*H = 8 in float32 and 6 in float64
+// with 1 to 4 rows, 0.62-0.88x at R*H = 12 in float32; at a whole vector 0.39-0.76x with 2 to 4
 // rows, but 0.91-1.16x (float64) and 1.16-1.30x (float32) with one, whose row fills the vector
 // (docs/performance/cpu.md, "Short reductions as gathered weight columns").
 template <class Acc>
