@@ -13,12 +13,9 @@
 #include <cstring>
 #include <type_traits>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
-
 #include "core/kernel_registry.hpp"
 #include "core/numeric.hpp"
+#include "cpu/avx2_helpers.hpp"
 #include "cpu/avx512_helpers.hpp"
 #include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
@@ -224,19 +221,7 @@ void column_sums_avx512(const In* first, std::int64_t stride, std::int64_t rows,
 #pragma GCC pop_options
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__)
-// 8 consecutive float32, float16 or bfloat16 values as float32.
-template <class In>
-__attribute__((target("avx2,f16c"))) inline __m256 load8_as_float(const In* src) {
-  if constexpr (std::is_same_v<In, float>) {
-    return _mm256_loadu_ps(src);
-  } else {
-    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-    if constexpr (std::is_same_v<In, Half>) return _mm256_cvtph_ps(bits);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-  }
-}
-
+#ifdef GATHER_LINEAR_HAS_AVX2_HELPERS
 // AVX2 with F16C: the sums of 4 * kVectors columns, each 4 in a register down all the rows (the
 // float32, float16 and bfloat16 values read 8 at a time).
 template <int kVectors, class In>
@@ -281,7 +266,7 @@ void column_sums(const In* first, std::int64_t stride, std::int64_t rows, std::i
   if (level == SimdLevel::avx512 || (level == SimdLevel::best && avx512))
     return column_sums_avx512(first, stride, rows, n, sums);
 #endif
-#if defined(__x86_64__) && defined(__GNUC__)
+#ifdef GATHER_LINEAR_HAS_AVX2_HELPERS
   if (level == SimdLevel::avx2 || (level == SimdLevel::best && avx2))
     return column_sums_avx2(first, stride, rows, n, sums);
 #endif

@@ -18,6 +18,7 @@
 #include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/scratch.hpp"
+#include "cpu/avx2_helpers.hpp"
 #include "cpu/avx512_helpers.hpp"
 #include "gather_linear/error.hpp"
 

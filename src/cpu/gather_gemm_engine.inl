@@ -137,19 +137,11 @@ inline const std::uint32_t* float_words(const In* src, float* widened) {
 #if GATHER_GEMM_VECTOR_BYTES == 32 && defined(GATHER_GEMM_HAS_X86_VARIANTS)
 #define GATHER_GEMM_AVX2 1
 
-// The AVX2 engine (compiled with F16C) widens 16-bit inputs 8 at a time: a scalar conversion of
-// each float16 element had made short float16 batches take 3-6x eager PyTorch's time on a Zen 3.
+// The AVX2 engine (compiled with F16C) widens 16-bit inputs 8 at a time (avx2_helpers.hpp's
+// load8_as_float): a scalar conversion of each float16 element had made short float16 batches take
+// 3-6x eager PyTorch's time on a Zen 3.
 template <class In>
 constexpr bool kLoads8AsFloat = std::is_same_v<In, Half> || std::is_same_v<In, BFloat16>;
-
-// 8 consecutive 16-bit values from src as float32, exactly (VCVTPH2PS for float16, a shift for
-// bfloat16).
-template <class In>
-inline __m256 load8_as_float(const In* src) {
-  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-  if constexpr (std::is_same_v<In, Half>) return _mm256_cvtph_ps(bits);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-}
 
 // 8 float32 values rounded to T (Half or BFloat16), the bits to_half or to_bfloat16 gives, as
 // avx512_helpers.hpp's round16_from_float does 16: float16 through VCVTPS2PH with each NaN first
