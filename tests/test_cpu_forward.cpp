@@ -206,7 +206,8 @@ std::string_view chosen_kernel(const Case& c) {
 }
 
 // The AMX kernel: chosen for bfloat16 where the processor has AMX-BF16 (but for reductions of up
-// to 16), refused by name otherwise (another dtype, or a processor without it).
+// to 16, up to 8 outputs, and short reductions with few outputs), refused by name otherwise
+// (another dtype, or a processor without it).
 TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
   const Case bf16{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true};
   Operands o = make_operands(bf16, 3);
@@ -219,6 +220,12 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
     EXPECT_EQ(chosen_kernel({{4, 64, 4, 256}, DType::bfloat16, Layout::head_major, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{1, 1055, 1, 419}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{1, 64, 17, 256}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
+    // And reductions of up to 32 with up to 32 outputs, or of up to 24 with up to 64.
+    EXPECT_EQ(chosen_kernel({{2, 512, 16, 32}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{2, 512, 16, 33}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
+    EXPECT_EQ(chosen_kernel({{1, 512, 33, 32}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
+    EXPECT_EQ(chosen_kernel({{3, 512, 8, 64}, DType::bfloat16, Layout::head_major, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{3, 512, 8, 65}, DType::bfloat16, Layout::head_major, true}), "cpu_amx_bf16");
     // So do up to 8 outputs, mostly padding in AMX's tiles.
     EXPECT_EQ(chosen_kernel({{8, 1024, 128, 8}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{8, 1024, 128, 9}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");

@@ -127,6 +127,16 @@ constexpr std::int64_t kEngineBeatsAmxReduction = 16;
 // 1.03-2.6x at K = 2 to 6 (but 0.77-0.83x at (8, 1024, 128, 5 and 6)), 0.69-1.34x at 7 and 8;
 // on the GPU host's 16-core Xeon 0.99-4.2x at 6 to 8 (15 pairs each); from 10 or 12, 0.22-0.86x on both.
 constexpr std::int64_t kEngineBeatsAmxOutputs = 8;
+// And short reductions with few outputs, where AMX's padded tiles weigh most: engine time over
+// AMX's on the VM, B = 512 and 2048 (docs/performance/cpu.md, "Short bfloat16 reductions with few
+// outputs"): 0.45-0.75x at R*H = 17 to 32 with K = 9 to 32, 0.59-0.89x at R*H = 17 to 24 with
+// K = 48 and 64; 0.78-1.08x at R*H = 48 with K <= 32, 0.87-1.00x at 32 with K = 48 and 64, and
+// from K = 96 up 0.94-1.12x at R*H = 24 (the forty-third session's medians at K = 256 to 4096:
+// 0.93 at 20, 1.04 at 24, 1.17 at 32).
+struct ReductionAndOutputs {
+  std::int64_t reduction, outputs;
+};
+constexpr ReductionAndOutputs kEngineBeatsAmxShort[] = {{32, 32}, {24, 64}};
 // float16 on AMX as three bfloat16 products (run_amx_split) against the float32 engine, forced
 // kernels alternating in one process (docs/performance/cpu.md, "float16 on AMX as bfloat16
 // parts"). On the 2-core AMX VM: 0.60-0.98x the engine's time from B = 512 at R*H = 48 to 4096
@@ -1085,7 +1095,12 @@ bool bf16_dot_beats_amx(const Problem& p) {
   return bf16_dot_reads_weight_in_place(p) && p.B <= kDotBeatsAmxRows;
 }
 
-bool engine_beats_amx(const Problem& p) { return p.RH <= kEngineBeatsAmxReduction || p.K <= kEngineBeatsAmxOutputs; }
+bool engine_beats_amx(const Problem& p) {
+  if (p.RH <= kEngineBeatsAmxReduction || p.K <= kEngineBeatsAmxOutputs) return true;
+  for (const auto& [reduction, outputs] : kEngineBeatsAmxShort)
+    if (p.RH <= reduction && p.K <= outputs) return true;
+  return false;
+}
 
 std::int64_t amx_split_min_rows() { return kSplitMinRowsPerThread * omp_get_max_threads(); }
 
