@@ -236,11 +236,15 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
     const char* split = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_gather_gemm";
     const std::int64_t rows = cpu::amx_split_min_rows();
     EXPECT_EQ(chosen_kernel({{1, rows, 48, 128}, DType::float16, Layout::contiguous, true}), split);
-    EXPECT_EQ(chosen_kernel({{4, rows, 16, 128}, DType::float16, Layout::head_major, true}), split);
+    EXPECT_EQ(chosen_kernel({{4, rows, 32, 128}, DType::float16, Layout::head_major, true}), split);
+    // x's slices times K of at least 4096.
+    EXPECT_EQ(chosen_kernel({{4, rows, 16, 256}, DType::float16, Layout::head_major, true}), split);
+    EXPECT_EQ(chosen_kernel({{4, rows, 16, 255}, DType::float16, Layout::head_major, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{8, rows, 8, 511}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{1, rows - 1, 48, 128}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{1, rows, 47, 128}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{1, rows, 48, 127}, DType::float16, Layout::contiguous, true}), "cpu_gather_gemm");
-    EXPECT_EQ(chosen_kernel({{4, rows, 16, 128}, DType::float16, Layout::strided, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{4, rows, 32, 128}, DType::float16, Layout::strided, true}), "cpu_gather_gemm");
   }
   Options options;
   options.kernel = "cpu_amx_bf16";

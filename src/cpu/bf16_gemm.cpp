@@ -150,9 +150,15 @@ constexpr ReductionAndOutputs kEngineBeatsAmxShort[] = {{32, 32}, {24, 64}};
 // VM 1.8-17x the engine's time at K = 1 to 55 (random problems), 1.06-9.0x at K = 1 to 64, 0.79-1.08x
 // at 128 and 0.70-0.91x at 192; on the Xeon, at 4096 and 8192 rows, 1.06-1.68x at 16 and 64,
 // 0.76-1.07x at 128, 0.68-0.95x at 256 (docs/performance/cpu.md, "Few outputs on AMX").
+// And x is split a slice at a time: short slices cost it more than K outputs repay, so H * K must
+// reach kSplitMinSliceTimesOutputs. Engine time over the split's at B = 1024 and R*H = 256 or
+// 1024 on the VM, two runs (docs/performance/cpu.md, "float16's split with short slices"):
+// 0.24-0.85x where H * K < 4096 (H = 2 to 32, K = 128 to 1024), 0.97-1.12x at 4096, 1.09-1.49x
+// above.
 constexpr std::int64_t kSplitMinRowsPerThread = 256;
 constexpr std::int64_t kSplitMinReduction = 48;
 constexpr std::int64_t kSplitMinOutputs = 128;
+constexpr std::int64_t kSplitMinSliceTimesOutputs = 4096;
 // Where the dot kernel issues slower than the float32 FMA (bf16_dot_packed_beats_engine), its
 // packed path still beats the engine on fewer rows than this, or this little work.
 constexpr std::int64_t kDotPackedBeatsEngineRows = 32;
@@ -1106,7 +1112,8 @@ std::int64_t amx_split_min_rows() { return kSplitMinRowsPerThread * omp_get_max_
 
 bool amx_split_beats_engine(const Problem& p) {
   return p.dtype == DType::float16 && amx_bf16_supported() && p.B >= amx_split_min_rows() &&
-         p.RH >= kSplitMinReduction && p.K >= kSplitMinOutputs && p.x_stride_h == 1 && p.weight_stride_c == 1;
+         p.RH >= kSplitMinReduction && p.K >= kSplitMinOutputs && p.H * p.K >= kSplitMinSliceTimesOutputs &&
+         p.x_stride_h == 1 && p.weight_stride_c == 1;
 }
 
 void run_bf16_dot(const Problem& p) {

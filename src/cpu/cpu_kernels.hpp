@@ -46,11 +46,12 @@ bool bf16_dot_supported();
 bool bf16_dot_reads_weight_in_place(const Problem& p);
 // True where that direct path also beats AMX's (measured where both exist): up to 4 rows.
 bool bf16_dot_beats_amx(const Problem& p);
-// True where the float32 engine beats AMX on a bfloat16 problem: reductions of up to 16, or up to
-// 8 outputs.
+// True where the float32 engine beats AMX on a bfloat16 problem: reductions of up to 16, up to 8
+// outputs, or short reductions with few outputs (R*H <= 32 with K <= 32, R*H <= 24 with K <= 64).
 bool engine_beats_amx(const Problem& p);
 // True where AMX's float16 split beats the float32 engine: 256 rows a thread or more, a reduction
-// of 48 or more, 128 outputs or more, x's slices and the weight's rows along unit strides.
+// of 48 or more, 128 outputs or more, H * K of 4096 or more, x's slices and the weight's rows
+// along unit strides.
 bool amx_split_beats_engine(const Problem& p);
 std::int64_t amx_split_min_rows();  // 256 a thread of OpenMP's
 // True where the dot kernel's packed path outruns the float32 engine on bfloat16 widened to float32:
