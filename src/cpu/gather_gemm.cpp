@@ -201,8 +201,12 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
 
   const std::int64_t panels_total = ceil_div(p.K, NR);
   const std::int64_t panel_elems = std::max<std::int64_t>(p.RH, 1) * NR;
-  const std::int64_t panels_per_block =
-      std::clamp<std::int64_t>(kPackedWeightBlockBytes / (panel_elems * std::int64_t{sizeof(Acc)}), 1, panels_total);
+  const std::int64_t panel_bytes = panel_elems * std::int64_t{sizeof(Acc)};
+  const std::int64_t panels_per_block = std::clamp<std::int64_t>(
+      std::min(std::max(kPackedWeightBlockBytes / panel_bytes,
+                        kPackedWeightSliceBytes / (std::int64_t{KC} * NR * std::int64_t{sizeof(Acc)})),
+               kPackedWeightBlockMaxBytes / panel_bytes),
+      1, panels_total);
   for (std::int64_t panel0 = 0; panel0 < panels_total; panel0 += panels_per_block) {
     const std::int64_t panels = std::min(panels_per_block, panels_total - panel0);
     const std::int64_t k_block0 = panel0 * NR;
