@@ -35,12 +35,13 @@ inline bool direct_parallel_pays(const Problem& p, double flop_weight = 1) {
   return parallel_pays(p.flops() * flop_weight, p.weight_bytes());
 }
 // A packed weight block this large keeps one reduction slice of it in L2/L3 while row blocks
-// stream. With long reductions (over 2048 in float32 on AVX-512) that holds only a few panels, so
+// stream. With long reductions (over 2048 on AVX-512, 1024 on AVX2) that holds only a few panels, so
 // that every row block of x is packed again for each of many blocks: there a block holds as many
 // panels as make a reduction slice of kPackedWeightSliceBytes, up to kPackedWeightBlockMaxBytes
 // in all. On the 2-core AMX VM, 2 threads: 0.81-0.83x the time at (38, 219, 154, 239) in float32
 // and float64 (R*H = 5852, one block instead of two), 0.74-0.78x at R*H = 16384, 0.93-0.97x at
-// 4096 with K = 512 to 4096, 0.99x at 3000; one thread 0.80-0.91x (docs/performance/cpu.md,
+// 4096 with K = 512 to 4096, 0.99x at 3000; one thread 0.80-0.91x; the AVX2 build on the same
+// processor 0.91-0.93x at 5852 and 16384, 1.00-1.02x at 1536 to 4096 (docs/performance/cpu.md,
 // "Weight blocks for long reductions").
 constexpr std::int64_t kPackedWeightBlockBytes = std::int64_t{4} << 20;
 constexpr std::int64_t kPackedWeightSliceBytes = std::int64_t{1} << 20;
