@@ -164,11 +164,12 @@ TEST(CpuRandomProblems, EveryLevelPathAndKernelMatchesTheReference) {
 }
 
 // Large enough for several packed weight blocks (> 4 MB), many row blocks and all threads; the
-// last shape gives the bfloat16 kernels two weight blocks and tasks of 1024 outputs (300 rows:
-// more than AMX's direct path takes against its 10 MB weight).
+// second shape gives the bfloat16 kernels two weight blocks and tasks of 1024 outputs (300 rows:
+// more than AMX's direct path takes against its 10 MB weight); the last, a reduction of 4096,
+// blocks sized by their 1 MB reduction slice (three of them).
 TEST(CpuForwardLarge, SeveralWeightBlocksAndThreads) {
   for (DType dtype : {DType::float32, DType::bfloat16})
-    for (Shape shape : {Shape{4, 300, 512, 700}, Shape{2, 300, 1024, 2500}})
+    for (Shape shape : {Shape{4, 300, 512, 700}, Shape{2, 300, 1024, 2500}, Shape{8, 100, 512, 1100}})
       for (const char* kernel : {"auto", "cpu_bf16_dot"}) {
         if (kernel == std::string_view("cpu_bf16_dot") && (dtype != DType::bfloat16 || !cpu::bf16_dot_supported()))
           continue;
