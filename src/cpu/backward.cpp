@@ -302,13 +302,12 @@ void bias_gradient(const BackwardProblem& bp) {
     const std::int64_t k0 = task / chunks * kBiasColumns, chunk = task % chunks;
     const std::int64_t n = std::min(kBiasColumns, f.K - k0);
     const std::int64_t b_end = std::min(f.B, (chunk + 1) * chunk_rows);
-    double sum[kBiasColumns];
     const std::int64_t b0 = chunk * chunk_rows;
-    column_sums(grad_y + b0 * bp.grad_y_stride_b + k0, bp.grad_y_stride_b, b_end - b0, n, sum);
+    double sum[kBiasColumns];  // one chunk: the sums, rounded straight into out
+    double* sums = partials != nullptr ? partials + chunk * f.K + k0 : sum;
+    column_sums(grad_y + b0 * bp.grad_y_stride_b + k0, bp.grad_y_stride_b, b_end - b0, n, sums);
     if (partials == nullptr)
       for (std::int64_t k = 0; k < n; ++k) out[k0 + k] = store_as<In>(sum[k]);
-    else
-      std::copy_n(sum, n, partials + chunk * f.K + k0);
   }
   if (partials == nullptr) return;
 #pragma omp parallel for if (parallel && f.K >= kBiasColumns) schedule(static)
