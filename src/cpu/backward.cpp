@@ -154,10 +154,32 @@ void weight_gradient(const BackwardProblem& bp) {
 // sums[k] = the sum over b < rows of first[b * stride + k], for k < n, each element widened to
 // double and added in order of b.
 template <class In>
-void column_sums_portable(const In* first, std::int64_t stride, std::int64_t rows, std::int64_t n, double* sums) {
-  std::fill_n(sums, n, 0.0);
+void column_sums_portable(const In* first, std::int64_t stride, std::int64_t rows, std::int64_t n, double* sums,
+                          bool accumulate = false) {
+  if (!accumulate) std::fill_n(sums, n, 0.0);
   for (std::int64_t b = 0; b < rows; ++b)
     for (std::int64_t k = 0; k < n; ++k) sums[k] += load_as<double>(first[b * stride + k]);
+}
+
+// The SIMD sums take a few columns at a time down the rows, one group of registers after
+// another. Where a row takes several such groups, block(b0, rows) runs over blocks of rows of
+// about kSumBlockBytes, so that the groups after the first read the block from L1 rather than
+// each group walking all the rows from memory, a short run of each row at a time. The bias
+// gradient's tasks on one thread of the 2-core AMX VM, grad_y evicted, B x K from 512 x 512 to
+// 2^20 x 16: AVX2 (32 columns a group) 0.44-0.79x the time in float32 and bfloat16 (bfloat16 at
+// 2^20 x 16 1.08x), 0.72-0.81x in float64; AVX-512 (128) 0.79-1.01x (docs/performance/cpu.md,
+// "Column sums in blocks of rows").
+constexpr std::int64_t kSumBlockBytes = std::int64_t{32} << 10;
+
+template <class In, class Block>
+void for_each_sum_block(std::int64_t rows, std::int64_t n, int groups, Block&& block) {
+  const std::int64_t block_rows = groups > 1 ? std::max<std::int64_t>(8, kSumBlockBytes / (n * std::int64_t{sizeof(In)}))
+                                             : std::max<std::int64_t>(rows, 1);
+  std::int64_t b0 = 0;
+  do {  // once at least, so that no rows still writes zero sums
+    block(b0, std::min(block_rows, rows - b0));
+    b0 += block_rows;
+  } while (b0 < rows);
 }
 
 #ifdef GATHER_LINEAR_HAS_AVX512_HELPERS
@@ -168,14 +190,20 @@ void column_sums_portable(const In* first, std::int64_t stride, std::int64_t row
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // The sums of 8 * kVectors columns (the first `count` of them stored), each 8 in a register down
-// all the rows, reading `count` elements of each row. 128 columns at a time read a row in runs of
-// 512 bytes (float32); 32 at a time, or double sums added into memory a row at a time, had taken
-// up to 1.2x and 1.7x the time of the float32 sums before them.
+// all the rows, reading `count` elements of each row; added to the `count` sums already there
+// where `accumulate`. 128 columns at a time read a row in runs of 512 bytes (float32); 32 at a
+// time, or double sums added into memory a row at a time, had taken up to 1.2x and 1.7x the time
+// of the float32 sums before them.
 template <int kVectors, class In>
-void column_sums_in_registers(const In* first, std::int64_t stride, std::int64_t rows, int count, double* sums) {
+void column_sums_in_registers(const In* first, std::int64_t stride, std::int64_t rows, int count, double* sums,
+                              bool accumulate) {
   constexpr int kColumns = 8 * kVectors;
   __m512d acc[kVectors];
-  for (int i = 0; i < kVectors; ++i) acc[i] = _mm512_setzero_pd();
+  for (int i = 0; i < kVectors; ++i) {
+    const int left = std::clamp(count - 8 * i, 0, 8);
+    acc[i] = accumulate ? _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << left) - 1), sums + 8 * i)
+                        : _mm512_setzero_pd();
+  }
   for (std::int64_t b = 0; b < rows; ++b) {
     const In* row = first + b * stride;
     if constexpr (std::is_same_v<In, double>) {
@@ -210,12 +238,16 @@ void column_sums_in_registers(const In* first, std::int64_t stride, std::int64_t
 template <class In>
 void column_sums_avx512(const In* first, std::int64_t stride, std::int64_t rows, std::int64_t n, double* sums) {
   constexpr int kLast = std::is_same_v<In, double> ? 1 : 2;  // vectors of the last group: one load
-  std::int64_t k = 0;
-  for (; k + 128 <= n; k += 128) column_sums_in_registers<16>(first + k, stride, rows, 128, sums + k);
-  for (; k + 32 <= n; k += 32) column_sums_in_registers<4>(first + k, stride, rows, 32, sums + k);
-  for (; k < n; k += 8 * kLast)
-    column_sums_in_registers<kLast>(first + k, stride, rows, static_cast<int>(std::min<std::int64_t>(8 * kLast, n - k)),
-                                    sums + k);
+  const int groups = static_cast<int>(n / 128 + n % 128 / 32 + ceil_div(n % 32, 8 * kLast));
+  for_each_sum_block<In>(rows, n, groups, [&](std::int64_t b0, std::int64_t block_rows) {
+    const In* block = first + b0 * stride;
+    std::int64_t k = 0;
+    for (; k + 128 <= n; k += 128) column_sums_in_registers<16>(block + k, stride, block_rows, 128, sums + k, b0 > 0);
+    for (; k + 32 <= n; k += 32) column_sums_in_registers<4>(block + k, stride, block_rows, 32, sums + k, b0 > 0);
+    for (; k < n; k += 8 * kLast)
+      column_sums_in_registers<kLast>(block + k, stride, block_rows,
+                                      static_cast<int>(std::min<std::int64_t>(8 * kLast, n - k)), sums + k, b0 > 0);
+  });
 }
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
@@ -223,12 +255,14 @@ void column_sums_avx512(const In* first, std::int64_t stride, std::int64_t rows,
 
 #ifdef GATHER_LINEAR_HAS_AVX2_HELPERS
 // AVX2 with F16C: the sums of 4 * kVectors columns, each 4 in a register down all the rows (the
-// float32, float16 and bfloat16 values read 8 at a time).
+// float32, float16 and bfloat16 values read 8 at a time), added to those already there where
+// `accumulate`.
 template <int kVectors, class In>
 __attribute__((target("avx2,f16c"))) void column_sums_in_registers_avx2(const In* first, std::int64_t stride,
-                                                                        std::int64_t rows, double* sums) {
+                                                                        std::int64_t rows, double* sums,
+                                                                        bool accumulate) {
   __m256d acc[kVectors];
-  for (int i = 0; i < kVectors; ++i) acc[i] = _mm256_setzero_pd();
+  for (int i = 0; i < kVectors; ++i) acc[i] = accumulate ? _mm256_loadu_pd(sums + 4 * i) : _mm256_setzero_pd();
   for (std::int64_t b = 0; b < rows; ++b) {
     const In* row = first + b * stride;
     if constexpr (std::is_same_v<In, double>) {
@@ -250,10 +284,14 @@ __attribute__((target("avx2,f16c"))) void column_sums_in_registers_avx2(const In
 // 32 columns at a time (8 registers of sums, fitting AVX2's 16), then 8, the last few portably.
 template <class In>
 void column_sums_avx2(const In* first, std::int64_t stride, std::int64_t rows, std::int64_t n, double* sums) {
-  std::int64_t k = 0;
-  for (; k + 32 <= n; k += 32) column_sums_in_registers_avx2<8>(first + k, stride, rows, sums + k);
-  for (; k + 8 <= n; k += 8) column_sums_in_registers_avx2<2>(first + k, stride, rows, sums + k);
-  if (k < n) column_sums_portable(first + k, stride, rows, n - k, sums + k);
+  const int groups = static_cast<int>(n / 32 + n % 32 / 8 + (n % 8 != 0));
+  for_each_sum_block<In>(rows, n, groups, [&](std::int64_t b0, std::int64_t block_rows) {
+    const In* block = first + b0 * stride;
+    std::int64_t k = 0;
+    for (; k + 32 <= n; k += 32) column_sums_in_registers_avx2<8>(block + k, stride, block_rows, sums + k, b0 > 0);
+    for (; k + 8 <= n; k += 8) column_sums_in_registers_avx2<2>(block + k, stride, block_rows, sums + k, b0 > 0);
+    if (k < n) column_sums_portable(block + k, stride, block_rows, n - k, sums + k, b0 > 0);
+  });
 }
 #endif
 
