@@ -2,15 +2,16 @@
 # Compares the CPU engine (src/cpu/gather_gemm.cpp and what it includes), or with KERNEL=amx or dot
 # the bfloat16 kernels (src/cpu/bf16_gemm.cpp), at a git revision with the working tree's, both in
 # one process, alternating call by call (timing.cpp says why). The kernel alone: no dispatcher, no
-# validation; x contiguous, with a bias.
+# validation; x contiguous unless MODE=head_major, with a bias.
 #   bench/cpu_engine_ab/run.sh BASE_REV R,B,H,K[,f32|f64|f16|bf16] ...     env: PAIRS (40), OMP_NUM_THREADS,
-#   MODE (forward; grad_x or grad_weight: the backward's problem for that gradient, x head-major),
+#   MODE (forward; head_major: the forward on x viewed from a (B, R, H) buffer; grad_x or
+#   grad_weight: the backward's problem for that gradient, x head-major),
 #   KERNEL (engine, or its avx2 or portable build; amx or dot: bfloat16's kernels)
 # One CSV row a shape: R,B,H,K,dtype,pairs,base_us,working_us,ratio_q25,ratio_median,ratio_q75,
 # outputs (ratio: the working tree's time over the base's in each pair; "same" where both wrote the
 # same bits). A revision against an unchanged tree measures the noise.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,13p' "$0"; exit 2; }
 base=$1
 shift
 root=$(git rev-parse --show-toplevel)

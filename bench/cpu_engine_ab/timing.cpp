@@ -1,8 +1,9 @@
 // Times two copies of the CPU engine call by call in one process (cpu_engine_ab.sh builds it):
 // a noisy machine (a shared VM's other tenants, its clock) then slows both alike, where separate
 // processes minutes apart differed by 20-30% (alternating_pairs.hpp). Prints one CSV row: the
-// shape, each copy's median time, and quartiles of the per-pair ratio b / a. MODE grad_x or
-// grad_weight times the backward's problem for that gradient instead of the forward.
+// shape, each copy's median time, and quartiles of the per-pair ratio b / a. MODE head_major
+// times the forward on x viewed from a (B, R, H) buffer; grad_x or grad_weight the backward's
+// problem for that gradient instead of the forward.
 //   cpu_engine_ab R B H K DTYPE PAIRS [MODE]   (DTYPE: f32, f64, f16 or bf16)
 #include <cstdio>
 #include <cstdlib>
@@ -44,11 +45,12 @@ int main(int argc, char** argv) {
   std::vector<std::byte> gy(B * K * size);
   bench::fill_uniform(dtype, {&gy});
   const std::string mode = argc > 7 ? argv[7] : "forward";
-  if (mode != "forward" && mode != "grad_x" && mode != "grad_weight") {
-    std::fprintf(stderr, "MODE: expected forward, grad_x or grad_weight, got %s\n", mode.c_str());
+  if (mode != "forward" && mode != "head_major" && mode != "grad_x" && mode != "grad_weight") {
+    std::fprintf(stderr, "MODE: expected forward, head_major, grad_x or grad_weight, got %s\n", mode.c_str());
     return 2;
   }
-  if (mode != "forward") {
+  if (mode == "head_major") p.x_stride_r = H, p.x_stride_b = R * H;
+  if (mode != "forward" && mode != "head_major") {
     Problem g;
     g.R = 1, g.dtype = dtype, g.device = Device::cpu(), g.bias = nullptr, g.x_stride_r = 0;
     if (mode == "grad_x") {  // the unsplit gradient of x: (B, RH) = grad_y (B, K) * W (K, RH)
