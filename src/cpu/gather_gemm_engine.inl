@@ -447,6 +447,20 @@ void pack_gathered_rows_to_line(const Problem& p, std::int64_t b, Acc* __restric
   }
 }
 
+// Where column c of a gathered row sits in x, from the row's start: slice c / H, element c % H.
+inline std::int64_t gathered_offset(const Problem& p, std::int64_t c) {
+  return c / p.H * p.x_stride_r + c % p.H * p.x_stride_h;
+}
+
+// How many of the `left` columns from c run along x_stride_h: the rest of c's slice, or all of
+// them where each slice ends where the next begins (x_stride_r == H * x_stride_h: x viewed from
+// a head-major (B, R, H) buffer, say), so that packing takes a row's slices as one run rather than
+// a short run a slice (a (B, R, 2) buffer had gone through the scalar tail two columns at a time).
+inline int gathered_run(const Problem& p, std::int64_t c, int left) {
+  if (p.x_stride_r == p.H * p.x_stride_h) return left;
+  return static_cast<int>(std::min<std::int64_t>(p.H - c % p.H, left));
+}
+
 // Gathers rows [b0, b0 + mc) x columns [c0, c0 + kc) of A straight from x into MR-tall panels.
 template <class In, class Acc>
 void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t c0, int kc, Acc* __restrict out) {
@@ -476,10 +490,9 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
       for (int i0 = 0; i0 < mc; i0 += MR) {
         Acc* panel = out + (i0 / MR) * kc * MR;
         const int rows = std::min(MR, mc - i0);
-        std::int64_t r = c0 / p.H, h = c0 % p.H;
-        for (int kk = 0; kk < kc; ++r, h = 0) {
-          const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
-          const In* src = x + (b0 + i0) * p.x_stride_b + r * p.x_stride_r + h;
+        for (int kk = 0; kk < kc;) {
+          const int run = gathered_run(p, c0 + kk, kc - kk);
+          const In* src = x + (b0 + i0) * p.x_stride_b + gathered_offset(p, c0 + kk);
           int t = 0;
           for (; t + kColumns <= run; t += kColumns) transpose_block(src + t, rows, panel + (kk + t) * MR);
           for (; t < run; ++t)
@@ -495,10 +508,9 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
     // Rows side by side (the backward's grad_y^T, or an x stored (R, H, B)): each step is one
     // contiguous run of mc elements, cut into the panels (reading each run once, in order).
     const int full = mc / MR * MR;
-    std::int64_t r = c0 / p.H, h = c0 % p.H;
-    for (int kk = 0; kk < kc; ++r, h = 0) {
-      const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
-      const In* src = x + b0 + r * p.x_stride_r + h * p.x_stride_h;
+    for (int kk = 0; kk < kc;) {
+      const int run = gathered_run(p, c0 + kk, kc - kk);
+      const In* src = x + b0 + gathered_offset(p, c0 + kk);
       for (int t = 0; t < run; ++t) {
         const In* step = src + t * p.x_stride_h;
         // The step's mc values as accumulators: in place, or widened (16 at a time on AVX-512).
@@ -536,10 +548,9 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
       continue;
     }
     const In* row = x + (b0 + i) * p.x_stride_b;
-    std::int64_t r = c0 / p.H, h = c0 % p.H;
-    for (int kk = 0; kk < kc; ++r, h = 0) {
-      const int run = static_cast<int>(std::min<std::int64_t>(p.H - h, kc - kk));  // rest of slice r
-      const In* src = row + r * p.x_stride_r + h * p.x_stride_h;
+    for (int kk = 0; kk < kc;) {
+      const int run = gathered_run(p, c0 + kk, kc - kk);
+      const In* src = row + gathered_offset(p, c0 + kk);
       if (p.x_stride_h == 1) {
         int t = 0;
 #if GATHER_GEMM_AVX2
