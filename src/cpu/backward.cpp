@@ -167,8 +167,10 @@ void column_sums_portable(const In* first, std::int64_t stride, std::int64_t row
 // each group walking all the rows from memory, a short run of each row at a time. The bias
 // gradient's tasks on one thread of the 2-core AMX VM, grad_y evicted, B x K from 512 x 512 to
 // 2^20 x 16: AVX2 (32 columns a group) 0.44-0.79x the time in float32 and bfloat16 (bfloat16 at
-// 2^20 x 16 1.08x), 0.72-0.81x in float64; AVX-512 (128) 0.79-1.01x (docs/performance/cpu.md,
-// "Column sums in blocks of rows").
+// 2^20 x 16 1.08x), 0.72-0.81x in float64; AVX-512 (128) 0.79-1.01x. On the GPU host's 16-core
+// Xeon, AVX2 0.30-0.97x and AVX-512 0.47-1.04x (docs/performance/cpu.md, "Column sums in blocks of
+// rows" and "The GPU host's Xeon: the forty-sixth session's rules, the column sums, and its random
+// problems").
 constexpr std::int64_t kSumBlockBytes = std::int64_t{32} << 10;
 
 template <class In, class Block>
