@@ -6,8 +6,8 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "backward_support.hpp"
 

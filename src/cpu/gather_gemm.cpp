@@ -15,11 +15,11 @@
 #include <type_traits>
 
 #include "core/numeric.hpp"
+#include "cpu/avx2_helpers.hpp"
+#include "cpu/avx512_helpers.hpp"
 #include "cpu/block_tasks.hpp"
 #include "cpu/cpu_kernels.hpp"
 #include "cpu/scratch.hpp"
-#include "cpu/avx2_helpers.hpp"
-#include "cpu/avx512_helpers.hpp"
 #include "gather_linear/error.hpp"
 
 namespace gather_linear::cpu {
