@@ -250,15 +250,15 @@ struct Vector {
 template <class Acc>
 using VectorOf = typename Vector<Acc>::type;
 
-// The MR-tall panel a times the NR-wide panel b over kc reduction steps, each of the tile's vectors
-// handed to store(i, v, sum): row i, columns [v * kLanes, (v + 1) * kLanes).
-template <class Acc, class Store>
+// The first Rows rows of the MR-tall panel a times the NR-wide panel b over kc reduction steps,
+// each of the tile's vectors handed to store(i, v, sum): row i, columns [v * kLanes, (v + 1) * kLanes).
+template <class Acc, int Rows = Tiling<Acc>::MR, class Store>
 inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Store&& store) {
   using T = Tiling<Acc>;
   using Vec = VectorOf<Acc>;
-  Vec acc[T::MR][T::kVectorsPerRow];
+  Vec acc[Rows][T::kVectorsPerRow];
 #pragma GCC unroll 16
-  for (int i = 0; i < T::MR; ++i)
+  for (int i = 0; i < Rows; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < T::kVectorsPerRow; ++v) acc[i][v] = Vec{};
 #if GATHER_GEMM_AVX2
@@ -278,23 +278,27 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
     for (std::size_t line = 0; line < T::NR * sizeof(Acc); line += 64)
       __builtin_prefetch(reinterpret_cast<const void*>(ahead + line), 0, 3);
 #pragma GCC unroll 16
-    for (int i = 0; i < T::MR; ++i) {
+    for (int i = 0; i < Rows; ++i) {
       const Acc ai = a[kk * T::MR + i];
 #pragma GCC unroll 4
       for (int v = 0; v < T::kVectorsPerRow; ++v) acc[i][v] += ai * bv[v];
     }
   }
 #pragma GCC unroll 16
-  for (int i = 0; i < T::MR; ++i)
+  for (int i = 0; i < Rows; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < T::kVectorsPerRow; ++v) store(i, v, acc[i][v]);
 }
 
-// micro_kernel's tile into c (row stride ldc): c = (accumulate ? c : 0) + the product.
+// micro_kernel's first `rows` rows into c (row stride ldc): c = (accumulate ? c : 0) + the
+// product. A tile of B's last rows may be short: where a third or two thirds of MR rows hold it,
+// only those are computed and written (on AVX-512, 0.92-0.97x the engine's time where B leaves 1
+// to 6 rows in its last tile of 12, 2 threads on the AMX VM; AVX2's tiles of 6, 0.985-1.015x;
+// docs/performance/cpu.md, "A short last tile of rows").
 template <class Acc>
 inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Acc* __restrict c,
-                         std::int64_t ldc, bool accumulate) {
-  micro_kernel<Acc>(kc, a, b, [&](int i, int v, VectorOf<Acc> sum) {
+                         std::int64_t ldc, bool accumulate, int rows = Tiling<Acc>::MR) {
+  const auto into_c = [&](int i, int v, VectorOf<Acc> sum) {
     Acc* to = c + i * ldc + v * Tiling<Acc>::kLanes;
     if (accumulate) {
       VectorOf<Acc> before;
@@ -302,7 +306,13 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
       sum += before;
     }
     std::memcpy(to, &sum, sizeof(sum));
-  });
+  };
+  constexpr int MR = Tiling<Acc>::MR;
+  if constexpr (MR % 3 == 0) {
+    if (rows <= MR / 3) return micro_kernel<Acc, MR / 3>(kc, a, b, into_c);
+    if (rows <= 2 * MR / 3) return micro_kernel<Acc, 2 * MR / 3>(kc, a, b, into_c);
+  }
+  micro_kernel<Acc>(kc, a, b, into_c);
 }
 
 // One NR-wide panel of weight rows starting at output k_first, columns [c_first, c_end) (out
@@ -683,7 +693,7 @@ void store_tiles_to_y(const Problem& p, const Acc* packed_weight, std::int64_t k
     const std::int64_t k_first = k0 + q * T::NR;
     const int columns = std::min(T::NR, nc - q * T::NR);
     if (rows < T::MR || columns < T::NR) {
-      micro_kernel<Acc>(kc, a, b, c_buf, T::NR, false);
+      micro_kernel<Acc>(kc, a, b, c_buf, T::NR, false, rows);
       store_rows<In, Acc>(p, c_buf, T::NR, b0 + ir, rows, k_first, columns);
       return;
     }
@@ -744,7 +754,7 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
       for (int jr = j0; jr < j0 + width; jr += T::NR) {
         const Acc* b_panel = panel(0, kc, jr);
         for (int ir = 0; ir < mc_padded; ir += T::MR)
-          micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * width + (jr - j0), width, false);
+          micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * width + (jr - j0), width, false, mc - ir);
       }
       store_rows<In, Acc>(p, c_buf, width, b0, mc, k0 + j0, std::min(width, nc - j0));
     }
@@ -758,7 +768,7 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
     for (int jr = 0; jr < nc_padded; jr += T::NR) {
       const Acc* b_panel = panel(c0, kc, jr);
       for (int ir = 0; ir < mc_padded; ir += T::MR)
-        micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0);
+        micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0, mc - ir);
     }
   }
   store_rows<In, Acc>(p, c_buf, nc_padded, b0, mc, k0, nc);
