@@ -250,26 +250,27 @@ struct Vector {
 template <class Acc>
 using VectorOf = typename Vector<Acc>::type;
 
-// The first Rows rows of the MR-tall panel a times the NR-wide panel b over kc reduction steps,
-// each of the tile's vectors handed to store(i, v, sum): row i, columns [v * kLanes, (v + 1) * kLanes).
-template <class Acc, int Rows = Tiling<Acc>::MR, class Store>
+// The first Rows rows of the MR-tall panel a times the first Vectors vectors of the NR-wide panel b
+// over kc reduction steps, each of the tile's vectors handed to store(i, v, sum): row i, columns
+// [v * kLanes, (v + 1) * kLanes).
+template <class Acc, int Rows = Tiling<Acc>::MR, int Vectors = Tiling<Acc>::kVectorsPerRow, class Store>
 inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Store&& store) {
   using T = Tiling<Acc>;
   using Vec = VectorOf<Acc>;
-  Vec acc[Rows][T::kVectorsPerRow];
+  Vec acc[Rows][Vectors];
 #pragma GCC unroll 16
   for (int i = 0; i < Rows; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < T::kVectorsPerRow; ++v) acc[i][v] = Vec{};
+    for (int v = 0; v < Vectors; ++v) acc[i][v] = Vec{};
 #if GATHER_GEMM_AVX2
   // Four steps per iteration: 0.965-0.978x the time on a 2-core Zen 3, in one process against the
   // loop as written (docs/performance/cpu.md, "The AVX2 micro-kernel unrolled").
 #pragma GCC unroll 4
 #endif
   for (int kk = 0; kk < kc; ++kk) {
-    Vec bv[T::kVectorsPerRow];
+    Vec bv[Vectors];
 #pragma GCC unroll 4
-    for (int v = 0; v < T::kVectorsPerRow; ++v) std::memcpy(&bv[v], b + kk * T::NR + v * T::kLanes, sizeof(Vec));
+    for (int v = 0; v < Vectors; ++v) std::memcpy(&bv[v], b + kk * T::NR + v * T::kLanes, sizeof(Vec));
     // The weight's panel slice (32 KB in AVX-512) does not stay in L1 beside the streaming rows
     // of A: fetching it 16 steps ahead made float32 calls 5-9% faster. A prefetch never faults,
     // so the last steps may name addresses past the panel (as integers, not pointers).
@@ -281,25 +282,29 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
     for (int i = 0; i < Rows; ++i) {
       const Acc ai = a[kk * T::MR + i];
 #pragma GCC unroll 4
-      for (int v = 0; v < T::kVectorsPerRow; ++v) acc[i][v] += ai * bv[v];
+      for (int v = 0; v < Vectors; ++v) acc[i][v] += ai * bv[v];
     }
   }
 #pragma GCC unroll 16
   for (int i = 0; i < Rows; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < T::kVectorsPerRow; ++v) store(i, v, acc[i][v]);
+    for (int v = 0; v < Vectors; ++v) store(i, v, acc[i][v]);
 }
 
-// micro_kernel's first `rows` rows into c (row stride ldc): c = (accumulate ? c : 0) + the
-// product. A tile of B's last rows may be short: where a third or two thirds of MR rows hold it,
-// only those are computed and written (on AVX-512, 0.92-0.97x the engine's time where B leaves 1
-// to 6 rows in its last tile of 12, 2 threads on the AMX VM; AVX2's tiles of 6, 0.985-1.015x;
-// docs/performance/cpu.md, "A short last tile of rows").
+// micro_kernel's first `rows` rows and `columns` columns into c (row stride ldc): c = (accumulate ?
+// c : 0) + the product. B's last tile of rows may be short: where a third or two thirds of MR rows
+// hold it, only those are computed and written (on AVX-512, 0.92-0.97x the engine's time where B
+// leaves 1 to 6 rows in its last tile of 12, 2 threads on the AMX VM; AVX2's tiles of 6,
+// 0.985-1.015x). So may K's last panel: where one vector holds its columns, only that one is
+// (0.88-0.92x at K = 40 to 100 on AVX-512; docs/performance/cpu.md, "A short last tile of rows,
+// and of columns").
 template <class Acc>
 inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Acc* __restrict c,
-                         std::int64_t ldc, bool accumulate, int rows = Tiling<Acc>::MR) {
+                         std::int64_t ldc, bool accumulate, int rows = Tiling<Acc>::MR,
+                         int columns = Tiling<Acc>::NR) {
+  using T = Tiling<Acc>;
   const auto into_c = [&](int i, int v, VectorOf<Acc> sum) {
-    Acc* to = c + i * ldc + v * Tiling<Acc>::kLanes;
+    Acc* to = c + i * ldc + v * T::kLanes;
     if (accumulate) {
       VectorOf<Acc> before;
       std::memcpy(&before, to, sizeof(before));
@@ -307,12 +312,16 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
     }
     std::memcpy(to, &sum, sizeof(sum));
   };
-  constexpr int MR = Tiling<Acc>::MR;
-  if constexpr (MR % 3 == 0) {
-    if (rows <= MR / 3) return micro_kernel<Acc, MR / 3>(kc, a, b, into_c);
-    if (rows <= 2 * MR / 3) return micro_kernel<Acc, 2 * MR / 3>(kc, a, b, into_c);
-  }
-  micro_kernel<Acc>(kc, a, b, into_c);
+  const auto with_rows = [&]<int Vectors>() {
+    if constexpr (T::MR % 3 == 0) {
+      if (rows <= T::MR / 3) return micro_kernel<Acc, T::MR / 3, Vectors>(kc, a, b, into_c);
+      if (rows <= 2 * T::MR / 3) return micro_kernel<Acc, 2 * T::MR / 3, Vectors>(kc, a, b, into_c);
+    }
+    micro_kernel<Acc, T::MR, Vectors>(kc, a, b, into_c);
+  };
+  if constexpr (T::kVectorsPerRow > 1)
+    if (columns <= T::kLanes) return with_rows.template operator()<1>();
+  with_rows.template operator()<T::kVectorsPerRow>();
 }
 
 // One NR-wide panel of weight rows starting at output k_first, columns [c_first, c_end) (out
@@ -693,7 +702,7 @@ void store_tiles_to_y(const Problem& p, const Acc* packed_weight, std::int64_t k
     const std::int64_t k_first = k0 + q * T::NR;
     const int columns = std::min(T::NR, nc - q * T::NR);
     if (rows < T::MR || columns < T::NR) {
-      micro_kernel<Acc>(kc, a, b, c_buf, T::NR, false, rows);
+      micro_kernel<Acc>(kc, a, b, c_buf, T::NR, false, rows, columns);
       store_rows<In, Acc>(p, c_buf, T::NR, b0 + ir, rows, k_first, columns);
       return;
     }
@@ -754,7 +763,8 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
       for (int jr = j0; jr < j0 + width; jr += T::NR) {
         const Acc* b_panel = panel(0, kc, jr);
         for (int ir = 0; ir < mc_padded; ir += T::MR)
-          micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * width + (jr - j0), width, false, mc - ir);
+          micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * width + (jr - j0), width, false, mc - ir,
+                            nc - jr);
       }
       store_rows<In, Acc>(p, c_buf, width, b0, mc, k0 + j0, std::min(width, nc - j0));
     }
@@ -768,7 +778,8 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
     for (int jr = 0; jr < nc_padded; jr += T::NR) {
       const Acc* b_panel = panel(c0, kc, jr);
       for (int ir = 0; ir < mc_padded; ir += T::MR)
-        micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0, mc - ir);
+        micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0, mc - ir,
+                          nc - jr);
     }
   }
   store_rows<In, Acc>(p, c_buf, nc_padded, b0, mc, k0, nc);
