@@ -300,8 +300,7 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
 // and of columns").
 template <class Acc>
 inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Acc* __restrict c,
-                         std::int64_t ldc, bool accumulate, int rows = Tiling<Acc>::MR,
-                         int columns = Tiling<Acc>::NR) {
+                         std::int64_t ldc, bool accumulate, int rows, int columns) {
   using T = Tiling<Acc>;
   const auto into_c = [&](int i, int v, VectorOf<Acc> sum) {
     Acc* to = c + i * ldc + v * T::kLanes;
