@@ -1,6 +1,8 @@
 // Times two of this build's CPU kernels (or "auto", the dispatcher's choice) against each other
 // call by call in one process, through gather_linear::forward (alternating_pairs.hpp says why);
-// cpu_gather_gemm:packed, :direct or :row_blocks is the SIMD engine with that path forced. One
+// cpu_gather_gemm:packed, :direct, :row_blocks or :weight_rows is the SIMD engine with that path forced,
+// :automatic on the path it picks (cpu_gather_gemm:PATH:avx2 or :portable: that instruction set's
+// engine rather than the best). One
 // CSV row a problem: its kernel times (medians) and quartiles of the per-pair ratio
 // time_b / time_a; "same" where both wrote the same bits.
 //
@@ -12,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "alternating_pairs.hpp"
@@ -51,18 +54,29 @@ std::function<void(const TensorView&, const TensorView&, const TensorView&, cons
       forward(x, w, b, y, options);
     };
   }
-  const std::string kernel = name.substr(0, colon), path_name = name.substr(colon + 1);
-  cpu::GemmPath path{};
-  if (path_name == "packed")
-    path = cpu::GemmPath::packed;
-  else if (path_name == "direct")
-    path = cpu::GemmPath::direct;
-  else if (path_name == "row_blocks")
-    path = cpu::GemmPath::row_blocks;
-  if (kernel != "cpu_gather_gemm" || path == cpu::GemmPath::automatic)
-    throw std::invalid_argument("expected cpu_gather_gemm:packed, :direct or :row_blocks, got " + name);
-  return [path](const TensorView& x, const TensorView& w, const TensorView& b, const TensorView& y) {
-    cpu::run_gather_gemm(validate_forward_args(x, w, b, y), cpu::SimdLevel::best, path);
+  const std::string kernel = name.substr(0, colon);
+  std::string path_name = name.substr(colon + 1);
+  cpu::SimdLevel level = cpu::SimdLevel::best;
+  if (const auto second = path_name.find(':'); second != std::string::npos) {
+    const std::string level_name = path_name.substr(second + 1);
+    path_name.resize(second);
+    level = level_name == "avx512" ? cpu::SimdLevel::avx512
+            : level_name == "avx2" ? cpu::SimdLevel::avx2
+            : level_name == "portable" ? cpu::SimdLevel::portable
+                                       : throw std::invalid_argument("expected :avx512, :avx2 or :portable, got " + name);
+  }
+  const std::pair<const char*, cpu::GemmPath> paths[] = {{"automatic", cpu::GemmPath::automatic},
+                                                         {"packed", cpu::GemmPath::packed},
+                                                         {"direct", cpu::GemmPath::direct},
+                                                         {"row_blocks", cpu::GemmPath::row_blocks},
+                                                         {"weight_rows", cpu::GemmPath::weight_rows}};
+  const auto known = std::find_if(std::begin(paths), std::end(paths), [&](const auto& e) { return path_name == e.first; });
+  if (kernel != "cpu_gather_gemm" || known == std::end(paths))
+    throw std::invalid_argument(
+        "expected cpu_gather_gemm:automatic, :packed, :direct, :row_blocks or :weight_rows, got " + name);
+  const cpu::GemmPath path = known->second;
+  return [path, level](const TensorView& x, const TensorView& w, const TensorView& b, const TensorView& y) {
+    cpu::run_gather_gemm(validate_forward_args(x, w, b, y), level, path);
   };
 }
 

@@ -31,11 +31,15 @@ using namespace gather_linear::testing;
 // a single row against a weight of over 1 MB: few flops, but threads for its bytes; and against
 // short weight rows, 16 at a time with a last tile of 6), and row blocks of every size, with
 // tiles of 4 and of 2 weight rows, or on AVX2 in float64 of 3 (the last shape). The packed path's
-// short last tiles: one row of B and 8 of K's columns (the one before last).
+// short last tiles: one row of B and 8 of K's columns (the one before last). The weight-rows path's
+// last panel of A's rows holds 25 (float64: 9) of its 32 (16) and its last weight tile 5 rows of
+// 12, copied out with zeros after them (the last but one shape); elsewhere 1 to 12 rows of a panel
+// and 4 of a tile.
 TEST(CpuEngineAsan, EnginePathsStayInsideTheirBuffers) {
   for (int threads : {1, 2, 3, 4, 7}) {
     for (Shape shape : {Shape{12, 8, 128, 1024}, Shape{4, 300, 512, 700}, Shape{3, 5, 1000, 1500}, Shape{3, 7, 33, 70},
-                        Shape{2, 1, 300, 500}, Shape{3, 1, 29, 70}, Shape{4, 97, 64, 40}, Shape{5, 37, 19, 6}}) {
+                        Shape{2, 1, 300, 500}, Shape{3, 1, 29, 70}, Shape{4, 97, 64, 40}, Shape{3, 57, 40, 101},
+                        Shape{5, 37, 19, 6}}) {
       for (DType dtype : {DType::float32, DType::float64}) {
         for (Layout layout : {Layout::head_major, Layout::strided, Layout::b_unit}) {
           for (auto path : kEnginePaths) {

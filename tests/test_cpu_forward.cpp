@@ -140,7 +140,8 @@ TEST(CpuRandomProblems, EveryLevelPathAndKernelMatchesTheReference) {
     std::vector<std::pair<std::string, std::function<void(const Problem&)>>> runs;
     for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable}) {
       if (!cpu::simd_level_supported(level)) continue;
-      for (auto path : {cpu::GemmPath::automatic, cpu::GemmPath::packed, cpu::GemmPath::direct, cpu::GemmPath::row_blocks})
+      for (auto path : {cpu::GemmPath::automatic, cpu::GemmPath::packed, cpu::GemmPath::direct, cpu::GemmPath::row_blocks,
+                        cpu::GemmPath::weight_rows})
         runs.emplace_back("level " + std::to_string(static_cast<int>(level)) + " path " + path_name(path),
                           [=](const Problem& p) { cpu::run_gather_gemm(p, level, path); });
     }

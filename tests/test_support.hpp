@@ -29,11 +29,13 @@ inline const char* path_name(cpu::GemmPath path) {
     case cpu::GemmPath::packed: return "packed";
     case cpu::GemmPath::direct: return "direct";
     case cpu::GemmPath::row_blocks: return "row_blocks";
+    case cpu::GemmPath::weight_rows: return "weight_rows";
     default: return "automatic";
   }
 }
 // The SIMD engine's paths, each forced in the engine's tests.
-constexpr cpu::GemmPath kEnginePaths[] = {cpu::GemmPath::packed, cpu::GemmPath::direct, cpu::GemmPath::row_blocks};
+constexpr cpu::GemmPath kEnginePaths[] = {cpu::GemmPath::packed, cpu::GemmPath::direct, cpu::GemmPath::row_blocks,
+                                          cpu::GemmPath::weight_rows};
 
 // Owns host storage for a strided view; gaps between elements exist in storage too, so that
 // a kernel writing outside the view is caught (gaps keep their poison). The view may start

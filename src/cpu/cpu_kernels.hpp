@@ -15,9 +15,12 @@ enum class SimdLevel { best, avx512, avx2, portable };
 // How the engine computes: `packed` is the cache-blocked GEMM, `direct` dots each gathered row
 // with each weight row, each weight row read once (for problems too small to repay packing),
 // `row_blocks` the same a block of gathered rows at a time against every weight row (for few
-// outputs: K up to 8); `automatic` picks by shape (gather_gemm.cpp). `row_blocks` and `direct`
-// take `direct`'s element-wise form where the weight's rows do not run along a unit stride.
-enum class GemmPath { automatic, packed, direct, row_blocks };
+// outputs: K up to 8), `weight_rows` the cache-blocked GEMM with y's tiles transposed, the
+// weight read in place and A packed (for a weight large against the rows that reuse it);
+// `automatic` picks by shape (gather_gemm.cpp). `row_blocks` and `direct` take `direct`'s
+// element-wise form where the weight's rows do not run along a unit stride, `weight_rows` the
+// packed path.
+enum class GemmPath { automatic, packed, direct, row_blocks, weight_rows };
 
 // Fused: the gathered rows are packed straight from x into a SIMD GEMM. float16/bfloat16
 // accumulate in float32, float64 in float64. Throws gather_linear::Error if `level` is not

@@ -40,6 +40,8 @@ struct EngineTiling {
   std::int64_t direct_batch_reduction_per_row;  // automatic_path's
   double flop_weight;                     // Tiling's kFlopWeight: the thread rules'
   std::int64_t row_block_max_outputs;     // automatic_path's
+  std::int64_t weight_rows_reduction_per_row;  // automatic_path's
+  std::int64_t weight_rows_max_panels_bytes;   // automatic_path's
 };
 
 // One instruction set's engine for one input type; buffers are typed void* so that the
@@ -51,6 +53,8 @@ struct Engine {
                        std::int64_t k0, int nc, void* a_buf, void* b_buf, void* c_buf);
   void (*direct_rows)(const Problem& p, void* row_buf);
   void (*row_block)(const Problem& p, std::int64_t b0, int rows, void* rows_buf);
+  void (*pack_rows_panel)(const Problem& p, std::int64_t panel, void* at);
+  void (*weight_rows_tiles)(const Problem& p, std::int64_t k0, const void* at, void* w_tail);
 };
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -138,6 +142,24 @@ constexpr std::int64_t kDirectAnyReductionOutputs = 256;
 constexpr std::int64_t kRowBlockReductionPerOutput = 4;
 constexpr std::int64_t kRowBlockRows = 16;
 
+// The weight-rows path needs this many outputs: its threads split the weight's MR-row tiles (with
+// 24 to 96 outputs it took 0.6-1.5x the time of the path it would replace on the 2-core AMX VM).
+// And it takes at most this many rows: with 598 to 768 it took 0.99-1.09x that time there, the
+// packed weight being reused enough.
+constexpr std::int64_t kWeightRowsMinOutputs = 128;
+constexpr std::int64_t kWeightRowsMaxRows = 512;
+
+// Where the weight-rows path pays (Tiling's kWeightRowsReductionPerRow says where that was measured):
+// float32 and float64 inputs (16-bit ones would be widened one broadcast at a time), a weight of
+// unit inner stride, a whole panel of rows, and A's panels within the engine's bound.
+template <class Acc>
+bool weight_rows_pay(const Problem& p, const EngineTiling& tiling) {
+  const std::int64_t panels_bytes = ceil_div(p.B, tiling.NR) * tiling.NR * p.RH * std::int64_t{sizeof(Acc)};
+  return dtype_size(p.dtype) == sizeof(Acc) && p.weight_stride_c == 1 && p.B >= tiling.NR &&
+         p.B <= kWeightRowsMaxRows && p.B * tiling.weight_rows_reduction_per_row <= p.RH && p.K >= kWeightRowsMinOutputs &&
+         panels_bytes <= tiling.weight_rows_max_panels_bytes;
+}
+
 // The path `automatic` takes. The direct path and row blocks read each weight row along a unit
 // stride; the backward's transposed views go through packing, which reads them row-wise. (Copying
 // such a view row-major for the direct path measured slower still: its short reductions run as
@@ -147,6 +169,7 @@ GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
   if (p.weight_stride_c != 1) return GemmPath::packed;
   if (p.K <= tiling.row_block_max_outputs && p.RH >= kRowBlockReductionPerOutput * p.K && (p.x_stride_b != 1 || p.B == 1))
     return GemmPath::row_blocks;
+  if (weight_rows_pay<Acc>(p, tiling)) return GemmPath::weight_rows;
   const std::int64_t rows_bytes = p.B * p.RH * std::int64_t{sizeof(Acc)};
   const bool small = (p.flops() <= kDirectFlops && p.B <= kDirectFlopsMaxRows) ||
                      (p.B <= kDirectRows && rows_bytes <= kDirectRowsBytes) ||
@@ -198,6 +221,21 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
   }
   const int MR = e.tiling.MR, NR = e.tiling.NR, MC = e.tiling.MC, KC = e.tiling.KC;
   const bool parallel = packed_parallel_pays(p, e.tiling);
+  if (path == GemmPath::weight_rows && p.weight_stride_c == 1 && p.RH > 0) {
+    // All of A packed once (its panels shared by the threads), then the weight's MR-row tiles
+    // split among the threads, in one parallel region.
+    const std::int64_t panels = ceil_div(p.B, NR), tiles = ceil_div(p.K, MR);
+    void* at = packed_weight_scratch.bytes(static_cast<std::size_t>(panels * p.RH * NR) * sizeof(Acc));
+    const std::size_t w_tail_bytes = static_cast<std::size_t>(MR * p.RH) * dtype_size(p.dtype);
+#pragma omp parallel if (parallel)
+    {
+#pragma omp for schedule(static)
+      for (std::int64_t panel = 0; panel < panels; ++panel) e.pack_rows_panel(p, panel, at);
+#pragma omp for schedule(static)
+      for (std::int64_t t = 0; t < tiles; ++t) e.weight_rows_tiles(p, t * MR, at, b_scratch.bytes(w_tail_bytes));
+    }
+    return;
+  }
 
   const std::int64_t panels_total = ceil_div(p.K, NR);
   const std::int64_t panel_elems = std::max<std::int64_t>(p.RH, 1) * NR;

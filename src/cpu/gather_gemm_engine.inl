@@ -97,6 +97,21 @@ struct Tiling {
     if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) return direct_reduction_per_row<In>(direct_few_rows<In>() + 1);
     return 32;
   }
+  // The weight-rows path (weight_rows_tiles) reads the weight in place where packing it would cost
+  // more than its few rows of A save: automatic_path takes it for float32 and float64 from NR rows
+  // (a whole panel of A) up to the reduction's length over kWeightRowsReductionPerRow (beyond, each
+  // tile's transposed store outweighs the packing it saves), while A's packed panels take at most
+  // kWeightRowsMaxPanelsBytes (they are read from L2 for every weight tile). Against the path it
+  // would have taken (packed or direct), 2 threads on the 2-core AMX VM (docs/performance/cpu.md,
+  // "The weight read in place: y's tiles transposed"): AVX-512 float32 0.52-0.93x at B = 32 to 512
+  // with B <= R*H and up to 4 MB of panels (RH = 256 with 384 to 768 rows 1.04-1.18x; 6 MB of panels
+  // at 768 rows 1.15x), float64 0.54-0.96x at B = 16 to 384; AVX2 float32 0.73-0.92x at B = 16 to
+  // 256 with B <= R*H / 2 and up to 1 MB (RH = 256 at 128 rows 1.08x, 2 MB at 512 rows 1.04x).
+  // Not the portable build's: not measured.
+  static constexpr std::int64_t kWeightRowsReductionPerRow = GATHER_GEMM_VECTOR_BYTES == 64 ? 1 : 2;
+  static constexpr std::int64_t kWeightRowsMaxPanelsBytes = GATHER_GEMM_VECTOR_BYTES == 64   ? std::int64_t{4} << 20
+                                                            : GATHER_GEMM_VECTOR_BYTES == 32 ? std::int64_t{1} << 20
+                                                                                             : 0;
   // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
   // thresholds count flops in those.
   static constexpr double kFlopWeight = 16.0 / kLanes;
@@ -250,11 +265,27 @@ struct Vector {
 template <class Acc>
 using VectorOf = typename Vector<Acc>::type;
 
-// The first Rows rows of the MR-tall panel a times the first Vectors vectors of the NR-wide panel b
-// over kc reduction steps, each of the tile's vectors handed to store(i, v, sum): row i, columns
-// [v * kLanes, (v + 1) * kLanes).
-template <class Acc, int Rows = Tiling<Acc>::MR, int Vectors = Tiling<Acc>::kVectorsPerRow, class Store>
-inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Store&& store) {
+// Where a micro-kernel's broadcast values come from: A's packed MR-tall panel, a[kk * MR + i] ...
+template <class Acc>
+struct PackedPanel {
+  const Acc* a;
+  Acc operator()(int kk, int i) const { return a[kk * Tiling<Acc>::MR + i]; }
+};
+// ... or rows read in place, `stride` apart, each along a unit stride (the weight's, on the
+// weight-rows path).
+template <class In, class Acc>
+struct RowsInPlace {
+  const In* rows;
+  std::int64_t stride;
+  Acc operator()(int kk, int i) const { return widen_one<Acc>(rows[i * stride + kk]); }
+};
+
+// The first Rows rows of the broadcast values a(kk, i) times the first Vectors vectors of the
+// NR-wide panel b over kc reduction steps, each of the tile's vectors handed to store(i, v, sum):
+// row i, columns [v * kLanes, (v + 1) * kLanes).
+template <class Acc, int Rows = Tiling<Acc>::MR, int Vectors = Tiling<Acc>::kVectorsPerRow, class Broadcasts,
+          class Store>
+inline void micro_kernel(int kc, Broadcasts a, const Acc* __restrict b, Store&& store) {
   using T = Tiling<Acc>;
   using Vec = VectorOf<Acc>;
   Vec acc[Rows][Vectors];
@@ -280,7 +311,7 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
       __builtin_prefetch(reinterpret_cast<const void*>(ahead + line), 0, 3);
 #pragma GCC unroll 16
     for (int i = 0; i < Rows; ++i) {
-      const Acc ai = a[kk * T::MR + i];
+      const Acc ai = a(kk, i);
 #pragma GCC unroll 4
       for (int v = 0; v < Vectors; ++v) acc[i][v] += ai * bv[v];
     }
@@ -313,10 +344,10 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
   };
   const auto with_rows = [&]<int Vectors>() {
     if constexpr (T::MR % 3 == 0) {
-      if (rows <= T::MR / 3) return micro_kernel<Acc, T::MR / 3, Vectors>(kc, a, b, into_c);
-      if (rows <= 2 * T::MR / 3) return micro_kernel<Acc, 2 * T::MR / 3, Vectors>(kc, a, b, into_c);
+      if (rows <= T::MR / 3) return micro_kernel<Acc, T::MR / 3, Vectors>(kc, PackedPanel<Acc>{a}, b, into_c);
+      if (rows <= 2 * T::MR / 3) return micro_kernel<Acc, 2 * T::MR / 3, Vectors>(kc, PackedPanel<Acc>{a}, b, into_c);
     }
-    micro_kernel<Acc, T::MR, Vectors>(kc, a, b, into_c);
+    micro_kernel<Acc, T::MR, Vectors>(kc, PackedPanel<Acc>{a}, b, into_c);
   };
   if constexpr (T::kVectorsPerRow > 1)
     if (columns <= T::kLanes) return with_rows.template operator()<1>();
@@ -490,42 +521,44 @@ void pack_gathered_rows_to_line(const Problem& p, std::int64_t b, Acc* __restric
   }
 }
 
-// Gathers rows [b0, b0 + mc) x columns [c0, c0 + kc) of A straight from x into MR-tall panels.
-template <class In, class Acc>
+// Gathers rows [b0, b0 + mc) x columns [c0, c0 + kc) of A straight from x into Height-tall panels
+// (MR for the packed path; NR for the weight-rows path, whose vectors run along A's rows).
+template <class In, class Acc, int Height = Tiling<Acc>::MR>
 void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t c0, int kc, Acc* __restrict out) {
-  constexpr int MR = Tiling<Acc>::MR;
   const In* x = static_cast<const In*>(p.x);
 #if GATHER_GEMM_AVX512
-  // Rows along a unit stride: a panel's MR rows transposed in registers a block of columns at a
-  // time, 16 x 16 32-bit words (float32, the 16-bit types widened) or 8 x 8 float64 words.
-  if constexpr ((kLoads16AsFloat<In> && MR <= 16) || std::is_same_v<In, double>)
+  // Rows along a unit stride: a panel's rows transposed in registers a block of columns at a time,
+  // 16 x 16 32-bit words (float32, the 16-bit types widened) or 8 x 8 float64 words.
+  if constexpr (kLoads16AsFloat<In> || std::is_same_v<In, double>)
     if (p.x_stride_h == 1) {
       constexpr int kColumns = std::is_same_v<In, double> ? 8 : 16;
-      // dst[u * MR + i] = src[i * x_stride_b + u] for u < kColumns, rows from `rows` on zeros.
+      // dst[u * Height + i] = src[i * x_stride_b + u] for u < kColumns, rows from `rows` on zeros.
       const auto transpose_block = [&](const In* src, int rows, Acc* dst) {
-        if constexpr (std::is_same_v<In, double>) {
-          for (int i1 = 0; i1 < MR; i1 += 8) {
+        for (int i1 = 0; i1 < Height; i1 += kColumns) {
+          if constexpr (std::is_same_v<In, double>) {
             const double* block[8] = {};
             for (int i = i1; i < std::min(i1 + 8, rows); ++i) block[i - i1] = src + i * p.x_stride_b;
-            transpose_doublewords_8x8(block, dst + i1, MR, std::min(8, MR - i1));
+            transpose_doublewords_8x8(block, dst + i1, Height, std::min(8, Height - i1));
+          } else {
+            const std::uint32_t* words[16] = {};
+            alignas(64) float widened[std::min(Height, 16)][16];
+            for (int i = i1; i < std::min(i1 + 16, rows); ++i) words[i - i1] = float_words(src + i * p.x_stride_b, widened[i - i1]);
+            transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(dst + i1), Height, std::min(16, Height - i1));
           }
-        } else {
-          const std::uint32_t* words[16] = {};
-          alignas(64) float widened[MR][16];
-          for (int i = 0; i < rows; ++i) words[i] = float_words(src + i * p.x_stride_b, widened[i]);
-          transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(dst), MR, MR);
         }
       };
-      for (int i0 = 0; i0 < mc; i0 += MR) {
-        Acc* panel = out + (i0 / MR) * kc * MR;
-        const int rows = std::min(MR, mc - i0);
+      for (int i0 = 0; i0 < mc; i0 += Height) {
+        Acc* panel = out + (i0 / Height) * kc * Height;
+        const int rows = std::min(Height, mc - i0);
         for_each_gathered_run(p, c0, kc, [&](std::int64_t offset, std::int64_t kk, std::int64_t run) {
           const In* src = x + (b0 + i0) * p.x_stride_b + offset;
           std::int64_t t = 0;
-          for (; t + kColumns <= run; t += kColumns) transpose_block(src + t, rows, panel + (kk + t) * MR);
-          for (; t < run; ++t)
-            for (int i = 0; i < MR; ++i)
-              panel[(kk + t) * MR + i] = i < rows ? widen_one<Acc>(src[i * p.x_stride_b + t]) : Acc(0);
+          for (; t + kColumns <= run; t += kColumns) transpose_block(src + t, rows, panel + (kk + t) * Height);
+          for (; t < run; ++t) {
+            Acc* dst = panel + (kk + t) * Height;
+            for (int i = 0; i < rows; ++i) dst[i] = widen_one<Acc>(src[i * p.x_stride_b + t]);
+            for (int i = rows; i < Height; ++i) dst[i] = Acc(0);
+          }
         });
       }
       return;
@@ -534,7 +567,7 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
   if (p.x_stride_b == 1) {
     // Rows side by side (the backward's grad_y^T, or an x stored (R, H, B)): each step is one
     // contiguous run of mc elements, cut into the panels (reading each run once, in order).
-    const int full = mc / MR * MR;
+    const int full = mc / Height * Height;
     for_each_gathered_run(p, c0, kc, [&](std::int64_t offset, std::int64_t kk, std::int64_t run) {
       const In* src = x + b0 + offset;
       for (std::int64_t t = 0; t < run; ++t) {
@@ -556,20 +589,20 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
           for (; i < mc; ++i) widened[i] = widen_one<Acc>(step[i]);
           line = widened;
         }
-        Acc* dst = out + (kk + t) * MR;
+        Acc* dst = out + (kk + t) * Height;
         int i0 = 0;
-        for (; i0 < full; i0 += MR, dst += kc * MR) std::memcpy(dst, line + i0, sizeof(Acc) * MR);  // vector moves
+        for (; i0 < full; i0 += Height, dst += kc * Height) std::memcpy(dst, line + i0, sizeof(Acc) * Height);  // vector moves
         if (i0 < mc)
-          for (int i = 0; i < MR; ++i) dst[i] = i0 + i < mc ? line[i0 + i] : Acc(0);
+          for (int i = 0; i < Height; ++i) dst[i] = i0 + i < mc ? line[i0 + i] : Acc(0);
       }
     });
     return;
   }
-  const int mc_padded = (mc + MR - 1) / MR * MR;
+  const int mc_padded = (mc + Height - 1) / Height * Height;
   for (int i = 0; i < mc_padded; ++i) {
-    Acc* dst = out + (i / MR) * kc * MR + (i % MR);
+    Acc* dst = out + (i / Height) * kc * Height + (i % Height);
     if (i >= mc) {
-      for (int kk = 0; kk < kc; ++kk) dst[kk * MR] = Acc(0);
+      for (int kk = 0; kk < kc; ++kk) dst[kk * Height] = Acc(0);
       continue;
     }
     const In* row = x + (b0 + i) * p.x_stride_b;
@@ -582,12 +615,12 @@ void pack_gathered_rows(const Problem& p, std::int64_t b0, int mc, std::int64_t 
           for (; t + 8 <= run; t += 8) {
             alignas(32) float widened[8];
             _mm256_store_ps(widened, load8_as_float(src + t));
-            for (int u = 0; u < 8; ++u) dst[(kk + t + u) * MR] = widened[u];
+            for (int u = 0; u < 8; ++u) dst[(kk + t + u) * Height] = widened[u];
           }
 #endif
-        for (; t < run; ++t) dst[(kk + t) * MR] = widen_one<Acc>(src[t]);
+        for (; t < run; ++t) dst[(kk + t) * Height] = widen_one<Acc>(src[t]);
       } else
-        for (std::int64_t t = 0; t < run; ++t) dst[(kk + t) * MR] = widen_one<Acc>(src[t * p.x_stride_h]);
+        for (std::int64_t t = 0; t < run; ++t) dst[(kk + t) * Height] = widen_one<Acc>(src[t * p.x_stride_h]);
     });
   }
 }
@@ -710,7 +743,7 @@ void store_tiles_to_y(const Problem& p, const Acc* packed_weight, std::int64_t k
       for (int v = 0; v < T::kVectorsPerRow; ++v) bias_v[v] = load_vector<In, Acc, Vec>(bias + k_first + v * T::kLanes);
     In* to = y + (b0 + ir) * ldy + k_first;
     // By value: the stores to y might otherwise alias what the lambda refers to.
-    micro_kernel<Acc>(kc, a, b, [&bias_v, to, ldy](int i, int v, Vec sum) {
+    micro_kernel<Acc>(kc, PackedPanel<Acc>{a}, b, [&bias_v, to, ldy](int i, int v, Vec sum) {
       store_vector<In, Acc>(to + i * ldy + v * T::kLanes, sum + bias_v[v]);
     });
   };
@@ -1156,6 +1189,99 @@ void gathered_columns_tile(const Problem& p, const Acc* rows, std::int64_t b0, s
 // gain beside that VM's noise ("A single row against 8 weight rows at once on AVX2").
 constexpr std::int64_t kSingleRowTileMaxReduction = 256;
 
+// The weight-rows path, for a weight large against the rows of A that reuse it (gather_gemm.cpp's
+// automatic_path says where): y's tiles transposed. Each micro-tile multiplies MR weight rows, read
+// in place along their unit stride, by NR rows of A from NR-wide panels into which all of A is
+// packed once, at[panel][c][j] = A[panel * NR + j, c]; its outputs go to y transposed. The weight
+// is read once and never packed (the packed path reads and writes it once more, then reads its
+// packed copy once per block of MC rows). A tile walks the whole reduction: its MR weight rows stay
+// in L1 or L2 while they meet every panel of A, and A's panels stay in L2.
+
+// A's rows [panel * NR, panel * NR + NR) as panel `panel` of `at` (rows past B as zeros).
+template <class In, class Acc>
+void pack_rows_panel(const Problem& p, std::int64_t panel, Acc* at) {
+  constexpr int NR = Tiling<Acc>::NR;
+  const int rows = static_cast<int>(std::min<std::int64_t>(NR, p.B - panel * NR));
+  pack_gathered_rows<In, Acc, NR>(p, panel * NR, rows, 0, static_cast<int>(p.RH), at + panel * p.RH * NR);
+}
+
+// y[b0 .. b0+columns, k0 .. k0+rows) = t transposed (t[i * NR + j] is y[b0 + j, k0 + i]), rounded
+// to In. On AVX-512, whole blocks of 16 (float64: 8) rows of y go through the register
+// transpositions that packing uses, stored under a mask where y runs along a unit stride.
+template <class In, class Acc>
+void store_transposed(const Problem& p, const Acc* t, std::int64_t b0, int columns, std::int64_t k0, int rows) {
+  constexpr int NR = Tiling<Acc>::NR;
+  In* y = static_cast<In*>(p.y) + b0 * p.y_stride_b + k0 * p.y_stride_k;
+  int j0 = 0;
+#if GATHER_GEMM_AVX512
+  if constexpr (std::is_same_v<In, Acc>)
+    if (p.y_stride_k == 1) {
+      constexpr int kBlock = std::is_same_v<Acc, double> ? 8 : 16;
+      for (; j0 + kBlock <= columns; j0 += kBlock)
+        for (int i1 = 0; i1 < rows; i1 += kBlock) {
+          Acc* out = y + j0 * p.y_stride_b + i1;
+          if constexpr (std::is_same_v<Acc, double>) {
+            const double* block[8] = {};
+            for (int i = i1; i < std::min(i1 + 8, rows); ++i) block[i - i1] = t + i * NR + j0;
+            transpose_doublewords_8x8(block, out, p.y_stride_b, std::min(8, rows - i1));
+          } else {
+            const std::uint32_t* words[16] = {};
+            for (int i = i1; i < std::min(i1 + 16, rows); ++i)
+              words[i - i1] = reinterpret_cast<const std::uint32_t*>(t + i * NR + j0);
+            transpose_words_16x16(words, reinterpret_cast<std::uint32_t*>(out), p.y_stride_b, std::min(16, rows - i1));
+          }
+        }
+    }
+#endif
+  for (int j = j0; j < columns; ++j)
+    for (int i = 0; i < rows; ++i) y[j * p.y_stride_b + i * p.y_stride_k] = round_one<In>(t[i * NR + j]);
+}
+
+// y[b, k0 .. k0+MR) for every row b (fewer outputs where K ends first), from the weight's rows
+// [k0, k0 + MR) and A's packed panels `at`. The last tile's rows past K would be read past the
+// weight: its rows are copied into w_tail (MR * RH inputs), zeros after them.
+template <class In, class Acc>
+void weight_rows_tiles(const Problem& p, std::int64_t k0, const Acc* at, In* w_tail) {
+  using T = Tiling<Acc>;
+  using Vec = VectorOf<Acc>;
+  const int rows = static_cast<int>(std::min<std::int64_t>(T::MR, p.K - k0));
+  const In* w = static_cast<const In*>(p.weight) + k0 * p.weight_stride_k;
+  std::int64_t w_stride = p.weight_stride_k;
+  if (rows < T::MR) {
+    std::memset(static_cast<void*>(w_tail), 0, sizeof(In) * static_cast<std::size_t>(T::MR * p.RH));
+    for (int i = 0; i < rows; ++i) std::memcpy(static_cast<void*>(w_tail + i * p.RH), w + i * w_stride, sizeof(In) * p.RH);
+    w = w_tail;
+    w_stride = p.RH;
+  }
+  const In* bias = static_cast<const In*>(p.bias);
+  Acc bias_of[T::MR] = {};
+  if (bias != nullptr)
+    for (int i = 0; i < rows; ++i) bias_of[i] = widen_one<Acc>(bias[k0 + i]);
+  alignas(64) Acc t[T::MR * T::NR];
+  const auto into_t = [&](int i, int v, Vec sum) {
+    sum += bias_of[i];
+    std::memcpy(t + i * T::NR + v * T::kLanes, &sum, sizeof(sum));
+  };
+  const RowsInPlace<In, Acc> weight_rows{w, w_stride};
+  const int kc = static_cast<int>(p.RH);
+  for (std::int64_t b0 = 0; b0 < p.B; b0 += T::NR) {
+    const Acc* panel = at + b0 * p.RH;
+    const int columns = static_cast<int>(std::min<std::int64_t>(T::NR, p.B - b0));
+    const auto with_rows = [&]<int Vectors>() {
+      if constexpr (T::MR % 3 == 0) {
+        if (rows <= T::MR / 3) return micro_kernel<Acc, T::MR / 3, Vectors>(kc, weight_rows, panel, into_t);
+        if (rows <= 2 * T::MR / 3) return micro_kernel<Acc, 2 * T::MR / 3, Vectors>(kc, weight_rows, panel, into_t);
+      }
+      micro_kernel<Acc, T::MR, Vectors>(kc, weight_rows, panel, into_t);
+    };
+    if (T::kVectorsPerRow > 1 && columns <= T::kLanes)
+      with_rows.template operator()<1>();
+    else
+      with_rows.template operator()<T::kVectorsPerRow>();
+    store_transposed<In, Acc>(p, t, b0, columns, k0, rows);
+  }
+}
+
 // For problems whose weight packing would not pay: too small overall, or a batch too short for
 // the packed weight to be reused (packing reads and writes the weight once more than the GEMM
 // reads it). A's rows are gathered once into rows_buf (B * direct_row_stride accumulators); then
@@ -1261,6 +1387,15 @@ void compute_tile_for(const Problem& p, const void* packed_weight, std::int64_t 
 }
 
 template <class In>
+void pack_rows_panel_for(const Problem& p, std::int64_t panel, void* at) {
+  pack_rows_panel<In, AccumulatorOf<In>>(p, panel, static_cast<AccumulatorOf<In>*>(at));
+}
+template <class In>
+void weight_rows_tiles_for(const Problem& p, std::int64_t k0, const void* at, void* w_tail) {
+  weight_rows_tiles<In, AccumulatorOf<In>>(p, k0, static_cast<const AccumulatorOf<In>*>(at), static_cast<In*>(w_tail));
+}
+
+template <class In>
 void direct_rows_for(const Problem& p, void* row_buf) {
   direct_rows<In, AccumulatorOf<In>>(p, static_cast<AccumulatorOf<In>*>(row_buf));
 }
@@ -1277,11 +1412,14 @@ Engine engine() {
   return {{T::MR, T::NR, T::MC, T::KC, T::template direct_reduction_per_row<In>(few + 1),
            T::template direct_reduction_per_row<In>(few), few, T::kDirectWideRowsBytes,
            T::kDirectFittedMinReduction, T::kDirectBatchMaxRows, T::kDirectBatchMinReduction,
-           T::template direct_batch_reduction_per_row<In>(), T::kFlopWeight, T::template row_block_max_outputs<In>()},
+           T::template direct_batch_reduction_per_row<In>(), T::kFlopWeight, T::template row_block_max_outputs<In>(),
+           T::kWeightRowsReductionPerRow, T::kWeightRowsMaxPanelsBytes},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
-          &row_block_for<In>};
+          &row_block_for<In>,
+          &pack_rows_panel_for<In>,
+          &weight_rows_tiles_for<In>};
 }
 
 #undef GATHER_GEMM_AVX512  // defined again by the next instruction set's inclusion
