@@ -40,7 +40,7 @@ struct EngineTiling {
   std::int64_t direct_batch_reduction_per_row;  // automatic_path's
   double flop_weight;                     // Tiling's kFlopWeight: the thread rules'
   std::int64_t row_block_max_outputs;     // automatic_path's
-  std::int64_t weight_rows_reduction_per_row;  // automatic_path's
+  std::int64_t (*weight_rows_max_rows)(std::int64_t RH);  // automatic_path's
   std::int64_t weight_rows_max_panels_bytes;   // automatic_path's
 };
 
@@ -144,19 +144,17 @@ constexpr std::int64_t kRowBlockRows = 16;
 
 // The weight-rows path needs this many outputs: its threads split the weight's MR-row tiles (with
 // 24 to 96 outputs it took 0.6-1.5x the time of the path it would replace on the 2-core AMX VM).
-// And it takes at most this many rows: with 598 to 768 it took 0.99-1.09x that time there, the
-// packed weight being reused enough.
 constexpr std::int64_t kWeightRowsMinOutputs = 128;
-constexpr std::int64_t kWeightRowsMaxRows = 512;
 
-// Where the weight-rows path pays (Tiling's kWeightRowsReductionPerRow says where that was measured):
+// Where the weight-rows path pays (Tiling's weight_rows_max_rows says where that was measured):
 // float32 and float64 inputs (16-bit ones would be widened one broadcast at a time), a weight of
-// unit inner stride, a whole panel of rows, and A's panels within the engine's bound.
+// unit inner stride, from a whole panel of rows to the engine's bound for the reduction, and A's
+// panels within the engine's bound.
 template <class Acc>
 bool weight_rows_pay(const Problem& p, const EngineTiling& tiling) {
   const std::int64_t panels_bytes = ceil_div(p.B, tiling.NR) * tiling.NR * p.RH * std::int64_t{sizeof(Acc)};
-  return dtype_size(p.dtype) == sizeof(Acc) && p.weight_stride_c == 1 && p.B >= tiling.NR &&
-         p.B <= kWeightRowsMaxRows && p.B * tiling.weight_rows_reduction_per_row <= p.RH && p.K >= kWeightRowsMinOutputs &&
+  return dtype_size(p.dtype) == sizeof(Acc) && p.weight_stride_c == 1 && p.K >= kWeightRowsMinOutputs &&
+         p.B >= tiling.NR && p.B <= tiling.weight_rows_max_rows(p.RH) &&
          panels_bytes <= tiling.weight_rows_max_panels_bytes;
 }
 

@@ -98,20 +98,31 @@ struct Tiling {
     return 32;
   }
   // The weight-rows path (weight_rows_tiles) reads the weight in place where packing it would cost
-  // more than its few rows of A save: automatic_path takes it for float32 and float64 from NR rows
-  // (a whole panel of A) up to the reduction's length over kWeightRowsReductionPerRow (beyond, each
-  // tile's transposed store outweighs the packing it saves), while A's packed panels take at most
+  // more than its few rows of A save. automatic_path takes it for float32 and float64 from NR rows
+  // (a whole panel of A) to weight_rows_max_rows(R*H), while A's panels take at most
   // kWeightRowsMaxPanelsBytes (they are read from L2 for every weight tile). Against the path it
-  // would have taken (packed or direct), 2 threads on the 2-core AMX VM (docs/performance/cpu.md,
-  // "The weight read in place: y's tiles transposed"): AVX-512 float32 0.52-0.93x at B = 32 to 512
-  // with B <= R*H and up to 4 MB of panels (RH = 256 with 384 to 768 rows 1.04-1.18x; 6 MB of panels
-  // at 768 rows 1.15x), float64 0.54-0.96x at B = 16 to 384; AVX2 float32 0.73-0.92x at B = 16 to
-  // 256 with B <= R*H / 2 and up to 1 MB (RH = 256 at 128 rows 1.08x, 2 MB at 512 rows 1.04x).
+  // replaced, 2 threads on the 2-core AMX VM (docs/performance/cpu.md, "The weight read in place:
+  // y's tiles transposed"), within these bounds:
+  // - AVX-512 float32, up to half the reduction's length in rows, or all of it from 512: 0.52-0.97x
+  //   at B = 32 to 512 in 48 of 51 cells (1.07x at (8, 256, 32, 1024)); beyond, up to 1.12x at
+  //   R*H = 64 to 256, 0.85-0.87x at 768 and 1024; with 598 to 768 rows 0.99-1.15x.
+  // - AVX-512 float64, up to 4 times the reduction's length (twice below 128) and 1024 rows:
+  //   0.54-0.96x at B = 16 to 1024 and R*H = 75 to 2048, 19 of 20 random problems 0.62-0.94x; 1.12x
+  //   at 3.7 times R*H = 60, 1.38x at 10.6 times 96, 1.11-1.13x with 4.7-6.3 MB of panels.
+  // - AVX2, up to half the reduction's length: float32 0.75-0.97x at B = 16 to 256 (1.08x at (4,
+  //   128, 64, 256)), 1.04x with 2 MB of panels; float64 0.84-0.91x at 256 rows with 1.5-2 MB of
+  //   panels (not taken), 1.08-1.22x at 512.
   // Not the portable build's: not measured.
-  static constexpr std::int64_t kWeightRowsReductionPerRow = GATHER_GEMM_VECTOR_BYTES == 64 ? 1 : 2;
   static constexpr std::int64_t kWeightRowsMaxPanelsBytes = GATHER_GEMM_VECTOR_BYTES == 64   ? std::int64_t{4} << 20
                                                             : GATHER_GEMM_VECTOR_BYTES == 32 ? std::int64_t{1} << 20
                                                                                              : 0;
+  static constexpr std::int64_t weight_rows_max_rows(std::int64_t RH) {
+    if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) {
+      if constexpr (sizeof(Acc) == 8) return std::min<std::int64_t>(1024, (RH >= 128 ? 4 : 2) * RH);
+      return std::min<std::int64_t>(512, RH >= 512 ? RH : RH / 2);
+    }
+    return std::min<std::int64_t>(512, RH / 2);
+  }
   // What a flop costs against one of an AVX-512 float32 multiply-add (16 lanes): the thread
   // thresholds count flops in those.
   static constexpr double kFlopWeight = 16.0 / kLanes;
@@ -1413,7 +1424,7 @@ Engine engine() {
            T::template direct_reduction_per_row<In>(few), few, T::kDirectWideRowsBytes,
            T::kDirectFittedMinReduction, T::kDirectBatchMaxRows, T::kDirectBatchMinReduction,
            T::template direct_batch_reduction_per_row<In>(), T::kFlopWeight, T::template row_block_max_outputs<In>(),
-           T::kWeightRowsReductionPerRow, T::kWeightRowsMaxPanelsBytes},
+           &T::weight_rows_max_rows, T::kWeightRowsMaxPanelsBytes},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
