@@ -19,7 +19,7 @@ enum class SimdLevel { best, avx512, avx2, portable };
 // weight read in place and A packed (for a weight large against the rows that reuse it);
 // `automatic` picks by shape (gather_gemm.cpp). `row_blocks` and `direct` take `direct`'s
 // element-wise form where the weight's rows do not run along a unit stride, `weight_rows` the
-// packed path.
+// packed path (and so where R*H or K is 0).
 enum class GemmPath { automatic, packed, direct, row_blocks, weight_rows };
 
 // Fused: the gathered rows are packed straight from x into a SIMD GEMM. float16/bfloat16

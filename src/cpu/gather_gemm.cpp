@@ -54,7 +54,8 @@ struct Engine {
   void (*direct_rows)(const Problem& p, void* row_buf);
   void (*row_block)(const Problem& p, std::int64_t b0, int rows, void* rows_buf);
   void (*pack_rows_panel)(const Problem& p, std::int64_t panel, void* at);
-  void (*weight_rows_tiles)(const Problem& p, std::int64_t k0, const void* at, void* w_tail);
+  void (*weight_rows_tiles)(const Problem& p, std::int64_t k0, std::int64_t panel0, std::int64_t panels, const void* at,
+                            void* w_tail);
 };
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -145,6 +146,10 @@ constexpr std::int64_t kRowBlockRows = 16;
 // The weight-rows path needs this many outputs: its threads split the weight's MR-row tiles (with
 // 24 to 96 outputs it took 0.6-1.5x the time of the path it would replace on the 2-core AMX VM).
 constexpr std::int64_t kWeightRowsMinOutputs = 128;
+// How its tasks are cut (run_engine says why): A's panels in groups of at most this many bytes, and
+// at least this many tasks a thread.
+constexpr std::int64_t kWeightRowsGroupBytes = std::int64_t{1} << 20;
+constexpr std::int64_t kWeightRowsTasksPerThread = 4;
 
 // Where the weight-rows path pays (Tiling's weight_rows_max_rows says where that was measured):
 // float32 and float64 inputs (16-bit ones would be widened one broadcast at a time), a weight of
@@ -219,18 +224,29 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
   }
   const int MR = e.tiling.MR, NR = e.tiling.NR, MC = e.tiling.MC, KC = e.tiling.KC;
   const bool parallel = packed_parallel_pays(p, e.tiling);
-  if (path == GemmPath::weight_rows && p.weight_stride_c == 1 && p.RH > 0) {
-    // All of A packed once (its panels shared by the threads), then the weight's MR-row tiles
-    // split among the threads, in one parallel region.
+  if (path == GemmPath::weight_rows && p.weight_stride_c == 1 && p.RH > 0 && p.K > 0) {
+    // All of A packed once (its panels shared by the threads), then tasks of one weight tile (MR
+    // rows) by a group of A's panels, in one parallel region. Groups of at most
+    // kWeightRowsGroupBytes, so that a thread's consecutive tasks (a static split, group-major) read
+    // one group, which stays in its core's L2, and enough of them for each thread to take several
+    // tasks however few the weight's tiles.
     const std::int64_t panels = ceil_div(p.B, NR), tiles = ceil_div(p.K, MR);
-    void* at = packed_weight_scratch.bytes(static_cast<std::size_t>(panels * p.RH * NR) * sizeof(Acc));
+    const std::int64_t panel_bytes = p.RH * NR * std::int64_t{sizeof(Acc)};
+    const std::int64_t threads = parallel ? omp_get_max_threads() : 1;
+    const std::int64_t groups = std::clamp(
+        std::max(ceil_div(panels * panel_bytes, kWeightRowsGroupBytes), ceil_div(kWeightRowsTasksPerThread * threads, tiles)),
+        std::int64_t{1}, panels);
+    const std::int64_t panels_per_group = ceil_div(panels, groups);
+    void* at = packed_weight_scratch.bytes(static_cast<std::size_t>(panels * panel_bytes));
     const std::size_t w_tail_bytes = static_cast<std::size_t>(MR * p.RH) * dtype_size(p.dtype);
 #pragma omp parallel if (parallel)
     {
 #pragma omp for schedule(static)
       for (std::int64_t panel = 0; panel < panels; ++panel) e.pack_rows_panel(p, panel, at);
 #pragma omp for schedule(static)
-      for (std::int64_t t = 0; t < tiles; ++t) e.weight_rows_tiles(p, t * MR, at, b_scratch.bytes(w_tail_bytes));
+      for (std::int64_t t = 0; t < groups * tiles; ++t)
+        e.weight_rows_tiles(p, t % tiles * MR, t / tiles * panels_per_group, panels_per_group, at,
+                            b_scratch.bytes(w_tail_bytes));
     }
     return;
   }

@@ -1248,11 +1248,13 @@ void store_transposed(const Problem& p, const Acc* t, std::int64_t b0, int colum
     for (int i = 0; i < rows; ++i) y[j * p.y_stride_b + i * p.y_stride_k] = round_one<In>(t[i * NR + j]);
 }
 
-// y[b, k0 .. k0+MR) for every row b (fewer outputs where K ends first), from the weight's rows
-// [k0, k0 + MR) and A's packed panels `at`. The last tile's rows past K would be read past the
-// weight: its rows are copied into w_tail (MR * RH inputs), zeros after them.
+// y[b, k0 .. k0+MR) for the rows b of A's panels [panel0, panel0 + panels) (fewer outputs where K
+// ends first), from the weight's rows [k0, k0 + MR) and A's packed panels `at`. The last tile's
+// rows past K would be read past the weight: its rows are copied into w_tail (MR * RH inputs),
+// zeros after them.
 template <class In, class Acc>
-void weight_rows_tiles(const Problem& p, std::int64_t k0, const Acc* at, In* w_tail) {
+void weight_rows_tiles(const Problem& p, std::int64_t k0, std::int64_t panel0, std::int64_t panels, const Acc* at,
+                       In* w_tail) {
   using T = Tiling<Acc>;
   using Vec = VectorOf<Acc>;
   const int rows = static_cast<int>(std::min<std::int64_t>(T::MR, p.K - k0));
@@ -1275,7 +1277,7 @@ void weight_rows_tiles(const Problem& p, std::int64_t k0, const Acc* at, In* w_t
   };
   const RowsInPlace<In, Acc> weight_rows{w, w_stride};
   const int kc = static_cast<int>(p.RH);
-  for (std::int64_t b0 = 0; b0 < p.B; b0 += T::NR) {
+  for (std::int64_t b0 = panel0 * T::NR; b0 < std::min(p.B, (panel0 + panels) * T::NR); b0 += T::NR) {
     const Acc* panel = at + b0 * p.RH;
     const int columns = static_cast<int>(std::min<std::int64_t>(T::NR, p.B - b0));
     const auto with_rows = [&]<int Vectors>() {
@@ -1402,8 +1404,10 @@ void pack_rows_panel_for(const Problem& p, std::int64_t panel, void* at) {
   pack_rows_panel<In, AccumulatorOf<In>>(p, panel, static_cast<AccumulatorOf<In>*>(at));
 }
 template <class In>
-void weight_rows_tiles_for(const Problem& p, std::int64_t k0, const void* at, void* w_tail) {
-  weight_rows_tiles<In, AccumulatorOf<In>>(p, k0, static_cast<const AccumulatorOf<In>*>(at), static_cast<In*>(w_tail));
+void weight_rows_tiles_for(const Problem& p, std::int64_t k0, std::int64_t panel0, std::int64_t panels, const void* at,
+                           void* w_tail) {
+  weight_rows_tiles<In, AccumulatorOf<In>>(p, k0, panel0, panels, static_cast<const AccumulatorOf<In>*>(at),
+                                           static_cast<In*>(w_tail));
 }
 
 template <class In>
