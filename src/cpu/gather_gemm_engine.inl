@@ -103,9 +103,9 @@ struct Tiling {
   // kWeightRowsMaxPanelsBytes (they are read from L2 for every weight tile). Against the path it
   // replaced, 2 threads on the 2-core AMX VM (docs/performance/cpu.md, "The weight read in place:
   // y's tiles transposed"), within these bounds:
-  // - AVX-512 float32, up to half the reduction's length in rows, or all of it from 512: 0.52-0.97x
-  //   at B = 32 to 512 in 48 of 51 cells (1.07x at (8, 256, 32, 1024)); beyond, up to 1.12x at
-  //   R*H = 64 to 256, 0.85-0.87x at 768 and 1024; with 598 to 768 rows 0.99-1.15x.
+  // - AVX-512 float32, up to half the reduction's length in rows, or all of it from 512: 0.52-0.99x
+  //   in all 44 grid cells of that region at B = 32 to 512, and in 12 more at R*H = 64 to 128;
+  //   beyond, up to 1.18x at R*H = 256 and 1.54x at 32 to 128; with 598 to 768 rows 0.99-1.15x.
   // - AVX-512 float64, up to 4 times the reduction's length (twice below 128) and 1024 rows:
   //   0.54-0.96x at B = 16 to 1024 and R*H = 75 to 2048, 19 of 20 random problems 0.62-0.94x; 1.12x
   //   at 3.7 times R*H = 60, 1.38x at 10.6 times 96, 1.11-1.13x with 4.7-6.3 MB of panels.
