@@ -314,7 +314,8 @@ inline void micro_kernel(int kc, Broadcasts a, const Acc* __restrict b, Store&& 
 #pragma GCC unroll 4
     for (int v = 0; v < Vectors; ++v) std::memcpy(&bv[v], b + kk * T::NR + v * T::kLanes, sizeof(Vec));
     // The weight's panel slice (32 KB in AVX-512) does not stay in L1 beside the streaming rows
-    // of A: fetching it 16 steps ahead made float32 calls 5-9% faster. A prefetch never faults,
+    // of A: fetching it 16 steps ahead made float32 calls 5-9% faster (and A's panel on the
+    // weight-rows path: 5.1-5.3 G FMAs a second against 4.7-4.8 in a stand-alone loop). A prefetch never faults,
     // so the last steps may name addresses past the panel (as integers, not pointers).
     const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(b + kk * T::NR) + 16 * T::NR * sizeof(Acc);
 #pragma GCC unroll 4
@@ -333,13 +334,29 @@ inline void micro_kernel(int kc, Broadcasts a, const Acc* __restrict b, Store&& 
     for (int v = 0; v < Vectors; ++v) store(i, v, acc[i][v]);
 }
 
-// micro_kernel's first `rows` rows and `columns` columns into c (row stride ldc): c = (accumulate ?
-// c : 0) + the product. B's last tile of rows may be short: where a third or two thirds of MR rows
-// hold it, only those are computed and written (on AVX-512, 0.92-0.97x the engine's time where B
-// leaves 1 to 6 rows in its last tile of 12, 2 threads on the AMX VM; AVX2's tiles of 6,
-// 0.985-1.015x). So may K's last panel: where one vector holds its columns, only that one is
-// (0.88-0.92x at K = 40 to 100 on AVX-512; docs/performance/cpu.md, "A short last tile of rows,
-// and of columns").
+// micro_kernel for a tile of `rows` rows and `columns` columns, at most MR and NR: a tile short of
+// rows runs a kernel of a third or two thirds of MR rows where those hold them (on AVX-512,
+// 0.92-0.97x the engine's time where B leaves 1 to 6 rows in its last tile of 12, 2 threads on
+// the AMX VM; AVX2's tiles of 6, 0.985-1.015x), and one short of columns a kernel of one vector
+// where that holds them (0.88-0.92x at K = 40 to 100 on AVX-512; docs/performance/cpu.md, "A
+// short last tile of rows, and of columns"). store sees only the rows and vectors computed.
+template <class Acc, class Broadcasts, class Store>
+inline void micro_kernel_fitted(int kc, Broadcasts a, const Acc* __restrict b, int rows, int columns, Store&& store) {
+  using T = Tiling<Acc>;
+  const auto with_rows = [&]<int Vectors>() {
+    if constexpr (T::MR % 3 == 0) {
+      if (rows <= T::MR / 3) return micro_kernel<Acc, T::MR / 3, Vectors>(kc, a, b, store);
+      if (rows <= 2 * T::MR / 3) return micro_kernel<Acc, 2 * T::MR / 3, Vectors>(kc, a, b, store);
+    }
+    micro_kernel<Acc, T::MR, Vectors>(kc, a, b, store);
+  };
+  if constexpr (T::kVectorsPerRow > 1)
+    if (columns <= T::kLanes) return with_rows.template operator()<1>();
+  with_rows.template operator()<T::kVectorsPerRow>();
+}
+
+// micro_kernel's first `rows` rows and `columns` columns (micro_kernel_fitted) into c (row stride
+// ldc): c = (accumulate ? c : 0) + the product.
 template <class Acc>
 inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Acc* __restrict c,
                          std::int64_t ldc, bool accumulate, int rows, int columns) {
@@ -353,16 +370,7 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
     }
     std::memcpy(to, &sum, sizeof(sum));
   };
-  const auto with_rows = [&]<int Vectors>() {
-    if constexpr (T::MR % 3 == 0) {
-      if (rows <= T::MR / 3) return micro_kernel<Acc, T::MR / 3, Vectors>(kc, PackedPanel<Acc>{a}, b, into_c);
-      if (rows <= 2 * T::MR / 3) return micro_kernel<Acc, 2 * T::MR / 3, Vectors>(kc, PackedPanel<Acc>{a}, b, into_c);
-    }
-    micro_kernel<Acc, T::MR, Vectors>(kc, PackedPanel<Acc>{a}, b, into_c);
-  };
-  if constexpr (T::kVectorsPerRow > 1)
-    if (columns <= T::kLanes) return with_rows.template operator()<1>();
-  with_rows.template operator()<T::kVectorsPerRow>();
+  micro_kernel_fitted<Acc>(kc, PackedPanel<Acc>{a}, b, rows, columns, into_c);
 }
 
 // One NR-wide panel of weight rows starting at output k_first, columns [c_first, c_end) (out
@@ -1280,17 +1288,7 @@ void weight_rows_tiles(const Problem& p, std::int64_t k0, std::int64_t panel0, s
   for (std::int64_t b0 = panel0 * T::NR; b0 < std::min(p.B, (panel0 + panels) * T::NR); b0 += T::NR) {
     const Acc* panel = at + b0 * p.RH;
     const int columns = static_cast<int>(std::min<std::int64_t>(T::NR, p.B - b0));
-    const auto with_rows = [&]<int Vectors>() {
-      if constexpr (T::MR % 3 == 0) {
-        if (rows <= T::MR / 3) return micro_kernel<Acc, T::MR / 3, Vectors>(kc, weight_rows, panel, into_t);
-        if (rows <= 2 * T::MR / 3) return micro_kernel<Acc, 2 * T::MR / 3, Vectors>(kc, weight_rows, panel, into_t);
-      }
-      micro_kernel<Acc, T::MR, Vectors>(kc, weight_rows, panel, into_t);
-    };
-    if (T::kVectorsPerRow > 1 && columns <= T::kLanes)
-      with_rows.template operator()<1>();
-    else
-      with_rows.template operator()<T::kVectorsPerRow>();
+    micro_kernel_fitted<Acc>(kc, weight_rows, panel, rows, columns, into_t);
     store_transposed<In, Acc>(p, t, b0, columns, k0, rows);
   }
 }
