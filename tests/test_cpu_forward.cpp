@@ -140,10 +140,12 @@ TEST(CpuRandomProblems, EveryLevelPathAndKernelMatchesTheReference) {
     std::vector<std::pair<std::string, std::function<void(const Problem&)>>> runs;
     for (auto level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable}) {
       if (!cpu::simd_level_supported(level)) continue;
-      for (auto path : {cpu::GemmPath::automatic, cpu::GemmPath::packed, cpu::GemmPath::direct, cpu::GemmPath::row_blocks,
-                        cpu::GemmPath::weight_rows})
+      const auto add = [&](cpu::GemmPath path) {
         runs.emplace_back("level " + std::to_string(static_cast<int>(level)) + " path " + path_name(path),
                           [=](const Problem& p) { cpu::run_gather_gemm(p, level, path); });
+      };
+      add(cpu::GemmPath::automatic);
+      for (auto path : kEnginePaths) add(path);
     }
     runs.emplace_back("cpu_amx_bf16", cpu::run_amx_bf16);  // where it takes the problem (below)
     runs.emplace_back("cpu_bf16_dot", cpu::run_bf16_dot);
