@@ -233,10 +233,11 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
     const std::int64_t panels = ceil_div(p.B, NR), tiles = ceil_div(p.K, MR);
     const std::int64_t panel_bytes = p.RH * NR * std::int64_t{sizeof(Acc)};
     const std::int64_t threads = parallel ? omp_get_max_threads() : 1;
-    const std::int64_t groups = std::clamp(
-        std::max(ceil_div(panels * panel_bytes, kWeightRowsGroupBytes), ceil_div(kWeightRowsTasksPerThread * threads, tiles)),
-        std::int64_t{1}, panels);
-    const std::int64_t panels_per_group = ceil_div(panels, groups);
+    const std::int64_t panels_per_group = ceil_div(
+        panels, std::clamp(std::max(ceil_div(panels * panel_bytes, kWeightRowsGroupBytes),
+                                    ceil_div(kWeightRowsTasksPerThread * threads, tiles)),
+                           std::int64_t{1}, panels));
+    const std::int64_t groups = ceil_div(panels, panels_per_group);  // none left empty
     void* at = packed_weight_scratch.bytes(static_cast<std::size_t>(panels * panel_bytes));
     const std::size_t w_tail_bytes = static_cast<std::size_t>(MR * p.RH) * dtype_size(p.dtype);
 #pragma omp parallel if (parallel)
