@@ -291,12 +291,23 @@ struct RowsInPlace {
   Acc operator()(int kk, int i) const { return widen_one<Acc>(rows[i * stride + kk]); }
 };
 
+// What a micro-kernel fetches into L2 for the kernels after it: nothing ...
+struct NothingAhead {
+  void operator()(int) const {}
+};
+// ... or its share of the next weight panel's slice, `step` bytes a reduction step from `at`.
+struct PanelAhead {
+  std::uintptr_t at;
+  int step;
+  void operator()(int kk) const { __builtin_prefetch(reinterpret_cast<const void*>(at + kk * step), 0, 2); }
+};
+
 // The first Rows rows of the broadcast values a(kk, i) times the first Vectors vectors of the
 // NR-wide panel b over kc reduction steps, each of the tile's vectors handed to store(i, v, sum):
 // row i, columns [v * kLanes, (v + 1) * kLanes).
 template <class Acc, int Rows = Tiling<Acc>::MR, int Vectors = Tiling<Acc>::kVectorsPerRow, class Broadcasts,
-          class Store>
-inline void micro_kernel(int kc, Broadcasts a, const Acc* __restrict b, Store&& store) {
+          class Store, class Ahead = NothingAhead>
+inline void micro_kernel(int kc, Broadcasts a, const Acc* __restrict b, Store&& store, Ahead l2_ahead = {}) {
   using T = Tiling<Acc>;
   using Vec = VectorOf<Acc>;
   Vec acc[Rows][Vectors];
@@ -321,6 +332,7 @@ inline void micro_kernel(int kc, Broadcasts a, const Acc* __restrict b, Store&& 
 #pragma GCC unroll 4
     for (std::size_t line = 0; line < T::NR * sizeof(Acc); line += 64)
       __builtin_prefetch(reinterpret_cast<const void*>(ahead + line), 0, 3);
+    l2_ahead(kk);
 #pragma GCC unroll 16
     for (int i = 0; i < Rows; ++i) {
       const Acc ai = a(kk, i);
@@ -345,15 +357,16 @@ inline void micro_kernel(int kc, Broadcasts a, const Acc* __restrict b, Store&& 
 // the AMX VM; AVX2's tiles of 6, 0.985-1.015x), and one short of columns a kernel of one vector
 // where that holds them (0.88-0.92x at K = 40 to 100 on AVX-512; docs/performance/cpu.md, "A
 // short last tile of rows, and of columns"). store sees only the rows and vectors computed.
-template <class Acc, class Broadcasts, class Store>
-inline void micro_kernel_fitted(int kc, Broadcasts a, const Acc* __restrict b, int rows, int columns, Store&& store) {
+template <class Acc, class Broadcasts, class Store, class Ahead = NothingAhead>
+inline void micro_kernel_fitted(int kc, Broadcasts a, const Acc* __restrict b, int rows, int columns, Store&& store,
+                                Ahead l2_ahead = {}) {
   using T = Tiling<Acc>;
   const auto with_rows = [&]<int Vectors>() {
     if constexpr (T::MR % 3 == 0) {
-      if (rows <= T::MR / 3) return micro_kernel<Acc, T::MR / 3, Vectors>(kc, a, b, store);
-      if (rows <= 2 * T::MR / 3) return micro_kernel<Acc, 2 * T::MR / 3, Vectors>(kc, a, b, store);
+      if (rows <= T::MR / 3) return micro_kernel<Acc, T::MR / 3, Vectors>(kc, a, b, store, l2_ahead);
+      if (rows <= 2 * T::MR / 3) return micro_kernel<Acc, 2 * T::MR / 3, Vectors>(kc, a, b, store, l2_ahead);
     }
-    micro_kernel<Acc, T::MR, Vectors>(kc, a, b, store);
+    micro_kernel<Acc, T::MR, Vectors>(kc, a, b, store, l2_ahead);
   };
   if constexpr (T::kVectorsPerRow > 1)
     if (columns <= T::kLanes) return with_rows.template operator()<1>();
@@ -362,9 +375,9 @@ inline void micro_kernel_fitted(int kc, Broadcasts a, const Acc* __restrict b, i
 
 // micro_kernel's first `rows` rows and `columns` columns (micro_kernel_fitted) into c (row stride
 // ldc): c = (accumulate ? c : 0) + the product.
-template <class Acc>
+template <class Acc, class Ahead = NothingAhead>
 inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict b, Acc* __restrict c,
-                         std::int64_t ldc, bool accumulate, int rows, int columns) {
+                         std::int64_t ldc, bool accumulate, int rows, int columns, Ahead l2_ahead = {}) {
   using T = Tiling<Acc>;
   const auto into_c = [&](int i, int v, VectorOf<Acc> sum) {
     Acc* to = c + i * ldc + v * T::kLanes;
@@ -375,7 +388,7 @@ inline void micro_kernel(int kc, const Acc* __restrict a, const Acc* __restrict 
     }
     std::memcpy(to, &sum, sizeof(sum));
   };
-  micro_kernel_fitted<Acc>(kc, PackedPanel<Acc>{a}, b, rows, columns, into_c);
+  micro_kernel_fitted<Acc>(kc, PackedPanel<Acc>{a}, b, rows, columns, into_c, l2_ahead);
 }
 
 // One NR-wide panel of weight rows starting at output k_first, columns [c_first, c_end) (out
@@ -831,11 +844,23 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   for (std::int64_t c0 = 0; c0 < p.RH; c0 += T::KC) {
     const int kc = static_cast<int>(std::min<std::int64_t>(T::KC, p.RH - c0));
     pack_gathered_rows<In, Acc>(p, b0, mc, c0, kc, a_buf);
+    // The packed block's next panel slice is read from L3 or memory by its first row tile: while
+    // this panel's tiles run, each fetches its share of the next one into L2 (engine A/B on the
+    // 2-core AMX VM, R*H of 1024 to 4096: 0.94-0.96x the time on 2 threads, 0.93-0.98x on one).
+    const int tiles = mc_padded / T::MR;
+    const int share = kc * T::NR * static_cast<int>(sizeof(Acc)) / tiles;
     for (int jr = 0; jr < nc_padded; jr += T::NR) {
       const Acc* b_panel = panel(c0, kc, jr);
-      for (int ir = 0; ir < mc_padded; ir += T::MR)
-        micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0, mc - ir,
-                          nc - jr);
+      if (packed_weight != nullptr && jr + T::NR < nc_padded) {
+        const auto next = reinterpret_cast<std::uintptr_t>(b_panel + p.RH * T::NR);
+        for (int ir = 0; ir < mc_padded; ir += T::MR)
+          micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0, mc - ir,
+                            nc - jr, PanelAhead{next + static_cast<std::uintptr_t>(ir / T::MR * share), share / kc});
+      } else {
+        for (int ir = 0; ir < mc_padded; ir += T::MR)
+          micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0, mc - ir,
+                            nc - jr);
+      }
     }
   }
   store_rows<In, Acc>(p, c_buf, nc_padded, b0, mc, k0, nc);
