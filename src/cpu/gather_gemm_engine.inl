@@ -106,9 +106,12 @@ struct Tiling {
   // - AVX-512 float32, up to half the reduction's length in rows, or all of it from 512: 0.52-0.99x
   //   in all 44 grid cells of that region at B = 32 to 512, and in 12 more at R*H = 64 to 128;
   //   beyond, up to 1.18x at R*H = 256 and 1.54x at 32 to 128; with 598 to 768 rows 0.99-1.15x.
-  // - AVX-512 float64, up to 4 times the reduction's length (twice below 128) and 1024 rows:
-  //   0.54-0.96x at B = 16 to 1024 and R*H = 75 to 2048, 19 of 20 random problems 0.62-0.94x; 1.12x
-  //   at 3.7 times R*H = 60, 1.38x at 10.6 times 96, 1.11-1.13x with 4.7-6.3 MB of panels.
+  // - AVX-512 float64, from R*H = 64 up to half the reduction's length in rows (at least 64), and
+  //   from R*H = 1024 up to all of it, at most 1024 rows: against the packed path forced, 0.42-0.97x
+  //   inside at B = 16 to 1024 and R*H = 64 to 2048 but 0.89-1.06x at its edge (B = R*H / 2 from 192;
+  //   1.05-1.08x at (12, 384, 64, 4096)); beyond, 1.02-1.31x at B = 96 to 128 and R*H = 64 to 192, up
+  //   to 1.27x at R*H = 256 to 768, 0.92-1.58x below R*H = 64. (It had been up to 4 R*H, measured
+  //   while the packed path's float64 one-slice loop spilled: see micro_kernel.)
   // - AVX2, up to half the reduction's length: float32 0.75-0.97x at B = 16 to 256 (1.08x at (4,
   //   128, 64, 256)), 1.04x with 2 MB of panels; float64 0.84-0.91x at 256 rows with 1.5-2 MB of
   //   panels (not taken), 1.08-1.22x at 512.
@@ -118,7 +121,8 @@ struct Tiling {
                                                                                              : 0;
   static constexpr std::int64_t weight_rows_max_rows(std::int64_t RH) {
     if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) {
-      if constexpr (sizeof(Acc) == 8) return std::min<std::int64_t>(1024, (RH >= 128 ? 4 : 2) * RH);
+      if constexpr (sizeof(Acc) == 8)
+        return RH >= 1024 ? std::min<std::int64_t>(1024, RH) : RH >= 64 ? std::max<std::int64_t>(64, RH / 2) : 0;
       return std::min<std::int64_t>(512, RH >= 512 ? RH : RH / 2);
     }
     return std::min<std::int64_t>(512, RH / 2);
