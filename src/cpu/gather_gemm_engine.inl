@@ -111,7 +111,10 @@ struct Tiling {
   //   inside at B = 16 to 1024 and R*H = 64 to 2048 but 0.89-1.06x at its edge (B = R*H / 2 from 192;
   //   1.05-1.08x at (12, 384, 64, 4096)); beyond, 1.02-1.31x at B = 96 to 128 and R*H = 64 to 192, up
   //   to 1.27x at R*H = 256 to 768, 0.92-1.58x below R*H = 64. (It had been up to 4 R*H, measured
-  //   while the packed path's float64 one-slice loop spilled: see micro_kernel.)
+  //   while the packed path's float64 one-slice loop spilled: see micro_kernel.) On an H100 host's
+  //   16-core Xeon the rule took 0.54-0.98x the old one's time in 16 of 20 A/B cells at B = 128 to
+  //   512 (16 and 8 threads; 1.05-1.29x in four); forced, the path still took 0.85-0.86x packed's
+  //   time at (12, 512, 64, 1024), outside the region.
   // - AVX2, up to half the reduction's length: float32 0.75-0.97x at B = 16 to 256 (1.08x at (4,
   //   128, 64, 256)), 1.04x with 2 MB of panels; float64 0.84-0.91x at 256 rows with 1.5-2 MB of
   //   panels (not taken), 1.08-1.22x at 512.
