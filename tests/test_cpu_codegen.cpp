@@ -1,4 +1,4 @@
-// The CPU kernels' innermost AVX-512 loops keep their vectors in registers. Whether they do is the
+// The CPU kernels' innermost SIMD loops keep their vectors in registers. Whether they do is the
 // compiler's register allocation, which a change elsewhere in a function can tip: at 6077838 the
 // float64 micro-kernel that stores its tiles straight to y had the store's two bias vectors loaded
 // before its reduction loop, and the loop then reloaded its weight vectors from the stack every
@@ -7,9 +7,10 @@
 // library's own disassembly (objdump) and names the loops that touch the stack.
 //
 // A loop is a backward jump within one function whose body holds no other jump and no call, and
-// it counts where it holds at least kMinMultiplyAdds 512-bit FMAs. AVX2's loops are not checked:
-// its 4 x 4 direct tile spills on 16 registers by design (Tiling's comment on
-// kDirectFittedWeightRows).
+// it counts where it holds at least kMinMultiplyAdds 512-bit or 256-bit FMAs. AVX2's direct tiles
+// are left out: with 16 registers their 4 x 4 tile spills by design, and the 4 x 3 one that fits
+// in float32 spills a little for 16-bit inputs, which need registers to widen them (Tiling's
+// comment on kDirectFittedWeightRows).
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -68,7 +69,11 @@ unsigned long long jump_target(const std::string& text) {
   return std::stoull(text.substr(start), nullptr, 16);
 }
 
-TEST(CpuCodegen, Avx512InnerLoopsKeepTheirVectorsInRegisters) {
+bool avx2_direct_tile(const std::string& function) {
+  return function.find("avx2::direct_tile<") != std::string::npos;
+}
+
+TEST(CpuCodegen, InnerLoopsKeepTheirVectorsInRegisters) {
   const Disassembly d = disassemble(GATHER_LINEAR_OBJDUMP, GATHER_LINEAR_LIBRARY);
   ASSERT_FALSE(d.instructions.empty()) << "no disassembly from " << GATHER_LINEAR_OBJDUMP << " of "
                                        << GATHER_LINEAR_LIBRARY;
@@ -88,20 +93,21 @@ TEST(CpuCodegen, Avx512InnerLoopsKeepTheirVectorsInRegisters) {
       innermost = jump_target(text) == 0 && !starts_with(text, "j") && !starts_with(text, "call");
       const bool vector = text.find("%zmm") != std::string::npos || text.find("%ymm") != std::string::npos ||
                           text.find("%xmm") != std::string::npos;
-      if (starts_with(text, "vfmadd") && text.find("%zmm") != std::string::npos) ++multiply_adds;
+      if (starts_with(text, "vfmadd") && (text.find("%zmm") != std::string::npos || text.find("%ymm") != std::string::npos))
+        ++multiply_adds;
       if (vector && (text.find("(%rsp)") != std::string::npos || text.find("(%rbp)") != std::string::npos))
         ++stack_vector_operands;
     }
-    if (!innermost || multiply_adds < kMinMultiplyAdds) continue;
+    const std::string& function = d.functions[d.instructions[end].function];
+    if (!innermost || multiply_adds < kMinMultiplyAdds || avx2_direct_tile(function)) continue;
     ++loops;
     EXPECT_EQ(stack_vector_operands, 0)
-        << "a loop of " << multiply_adds << " 512-bit multiply-adds at 0x" << std::hex << target << std::dec
-        << " reads or writes vectors on the stack " << stack_vector_operands << " times a pass, in "
-        << d.functions[d.instructions[end].function];
+        << "a loop of " << multiply_adds << " vector multiply-adds at 0x" << std::hex << target << std::dec
+        << " reads or writes vectors on the stack " << stack_vector_operands << " times a pass, in " << function;
   }
-  // The engine's micro-kernels alone make well over a hundred such loops: far fewer means the
+  // The engine's micro-kernels alone make over two hundred such loops: far fewer means the
   // disassembly was not read as this test expects, not that the loops are gone.
-  EXPECT_GE(loops, 50) << "innermost AVX-512 loops found in " << GATHER_LINEAR_LIBRARY;
+  EXPECT_GE(loops, 100) << "innermost SIMD loops found in " << GATHER_LINEAR_LIBRARY;
 }
 
 }  // namespace
