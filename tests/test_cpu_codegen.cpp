@@ -7,7 +7,8 @@
 // library's own disassembly (objdump) and names the loops that touch the stack.
 //
 // A loop is a backward jump within one function whose body holds no other jump and no call, and
-// it counts where it holds at least kMinMultiplyAdds 512-bit or 256-bit FMAs. AVX2's direct tiles
+// it counts where it holds at least kMinMultiplyAdds 512-bit or 256-bit FMAs (or AVX512-BF16 pair
+// dot products). AVX2's direct tiles
 // are left out: with 16 registers their 4 x 4 tile spills by design, and the 4 x 3 one that fits
 // in float32 spills a little for 16-bit inputs, which need registers to widen them (Tiling's
 // comment on kDirectFittedWeightRows).
@@ -93,7 +94,8 @@ TEST(CpuCodegen, InnerLoopsKeepTheirVectorsInRegisters) {
       innermost = jump_target(text) == 0 && !starts_with(text, "j") && !starts_with(text, "call");
       const bool vector = text.find("%zmm") != std::string::npos || text.find("%ymm") != std::string::npos ||
                           text.find("%xmm") != std::string::npos;
-      if (starts_with(text, "vfmadd") && (text.find("%zmm") != std::string::npos || text.find("%ymm") != std::string::npos))
+      const bool multiply_add = starts_with(text, "vfmadd") || starts_with(text, "vdpbf16ps");
+      if (multiply_add && (text.find("%zmm") != std::string::npos || text.find("%ymm") != std::string::npos))
         ++multiply_adds;
       if (vector && (text.find("(%rsp)") != std::string::npos || text.find("(%rbp)") != std::string::npos))
         ++stack_vector_operands;
