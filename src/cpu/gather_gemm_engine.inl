@@ -288,11 +288,15 @@ template <class Acc>
 struct PackedPanel {
   const Acc* a;
   Acc operator()(int kk, int i) const { return a[kk * Tiling<Acc>::MR + i]; }
-  // A's panel streams from L2 too, 96 bytes a step in float64: fetched 16 steps ahead, 0.92-0.94x
-  // the float64 time at R*H = 1024 and 4096 on the 2-core AMX VM (float32 and float16 0.99-1.01x).
+  // A's panel streams from L2 too. Where a step reads a cache line of it or more (AVX-512 float64:
+  // 96 bytes) it is fetched 16 steps ahead: 0.92-0.94x the time at R*H = 1024 and 4096 on the
+  // 2-core AMX VM. Narrower steps gain nothing (AVX-512 float32 and float16 0.97-1.01x; AVX2
+  // float32, 24 bytes a step, 1.04x at (12, 1278, 30, 900)).
   void prefetch(int kk) const {
-    const auto ahead = reinterpret_cast<std::uintptr_t>(a) + (kk + 16) * Tiling<Acc>::MR * sizeof(Acc);
-    __builtin_prefetch(reinterpret_cast<const void*>(ahead), 0, 3);
+    if constexpr (Tiling<Acc>::MR * sizeof(Acc) >= 64) {
+      const auto ahead = reinterpret_cast<std::uintptr_t>(a) + (kk + 16) * Tiling<Acc>::MR * sizeof(Acc);
+      __builtin_prefetch(reinterpret_cast<const void*>(ahead), 0, 3);
+    }
   }
 };
 // ... or rows read in place, `stride` apart, each along a unit stride (the weight's, on the
@@ -309,11 +313,14 @@ struct RowsInPlace {
 struct NothingAhead {
   void operator()(int) const {}
 };
-// ... or its share of the next weight panel's slice, `step` bytes a reduction step from `at`.
+// ... or its share of the next weight panel's slice from `at`, a 64-byte line every 2^shift steps.
 struct PanelAhead {
   std::uintptr_t at;
-  int step;
-  void operator()(int kk) const { __builtin_prefetch(reinterpret_cast<const void*>(at + kk * step), 0, 2); }
+  int shift;
+  void operator()(int kk) const {
+    if ((kk & ((1 << shift) - 1)) == 0)
+      __builtin_prefetch(reinterpret_cast<const void*>(at + (static_cast<std::uintptr_t>(kk) >> shift) * 64), 0, 2);
+  }
 };
 
 // The first Rows rows of the broadcast values a(kk, i) times the first Vectors vectors of the
@@ -859,18 +866,23 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
   for (std::int64_t c0 = 0; c0 < p.RH; c0 += T::KC) {
     const int kc = static_cast<int>(std::min<std::int64_t>(T::KC, p.RH - c0));
     pack_gathered_rows<In, Acc>(p, b0, mc, c0, kc, a_buf);
-    // The packed block's next panel slice is read from L3 or memory by its first row tile: while
-    // this panel's tiles run, each fetches its share of the next one into L2 (engine A/B on the
-    // 2-core AMX VM, R*H of 1024 to 4096: 0.94-0.96x the time on 2 threads, 0.93-0.98x on one).
+    // The packed block's next panel slice is read from L3 or memory by its first row tile: on
+    // AVX-512, while this panel's tiles run, each fetches its share of the next one into L2 (engine
+    // A/B on the 2-core AMX VM, R*H of 1024 to 4096: 0.94-0.96x the time on 2 threads, 0.93-0.98x
+    // on one). The AVX2 build on that VM was mixed (0.93-0.97x on five problems, 1.01-1.06x at K =
+    // 900 on three), and no AVX2 processor was at hand to decide.
     const int tiles = mc_padded / T::MR;
     const int share = kc * T::NR * static_cast<int>(sizeof(Acc)) / tiles;
+    const int share_lines = (share + 63) / 64;
+    int shift = 0;  // the fewest steps a line that still cover the share
+    while ((kc >> (shift + 1)) >= share_lines) ++shift;
     for (int jr = 0; jr < nc_padded; jr += T::NR) {
       const Acc* b_panel = panel(c0, kc, jr);
-      if (packed_weight != nullptr && jr + T::NR < nc_padded) {
+      if (GATHER_GEMM_VECTOR_BYTES == 64 && packed_weight != nullptr && jr + T::NR < nc_padded) {
         const auto next = reinterpret_cast<std::uintptr_t>(b_panel + p.RH * T::NR);
         for (int ir = 0; ir < mc_padded; ir += T::MR)
           micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0, mc - ir,
-                            nc - jr, PanelAhead{next + static_cast<std::uintptr_t>(ir / T::MR * share), share / kc});
+                            nc - jr, PanelAhead{next + static_cast<std::uintptr_t>(ir / T::MR * share), shift});
       } else {
         for (int ir = 0; ir < mc_padded; ir += T::MR)
           micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0, mc - ir,
