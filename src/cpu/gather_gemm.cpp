@@ -40,6 +40,7 @@ struct EngineTiling {
   std::int64_t direct_batch_reduction_per_row;  // automatic_path's
   double flop_weight;                     // Tiling's kFlopWeight: the thread rules'
   std::int64_t row_block_max_outputs;     // automatic_path's
+  std::int64_t row_block_min_reduction;   // automatic_path's
   std::int64_t (*weight_rows_max_rows)(std::int64_t RH);  // automatic_path's
   std::int64_t weight_rows_max_panels_bytes;   // automatic_path's
 };
@@ -170,7 +171,8 @@ bool weight_rows_pay(const Problem& p, const EngineTiling& tiling) {
 template <class Acc>
 GemmPath automatic_path(const Problem& p, const EngineTiling& tiling) {
   if (p.weight_stride_c != 1) return GemmPath::packed;
-  if (p.K <= tiling.row_block_max_outputs && p.RH >= kRowBlockReductionPerOutput * p.K && (p.x_stride_b != 1 || p.B == 1))
+  if (p.K <= tiling.row_block_max_outputs && p.RH >= kRowBlockReductionPerOutput * p.K &&
+      p.RH >= tiling.row_block_min_reduction && (p.x_stride_b != 1 || p.B == 1))
     return GemmPath::row_blocks;
   if (weight_rows_pay<Acc>(p, tiling)) return GemmPath::weight_rows;
   const std::int64_t rows_bytes = p.B * p.RH * std::int64_t{sizeof(Acc)};

@@ -145,6 +145,19 @@ struct Tiling {
     if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) return std::is_same_v<In, float> ? 20 : 12;
     return sizeof(Acc) == 8 ? 6 : 8;
   }
+  // ... and the reduction they need beyond automatic_path's 4 elements an output. On AVX-512 a
+  // reduction shorter than a vector or so leaves each output's 16-lane (float64: 8-lane) sum most
+  // of the work, where the packed path's tiles are cheap: row blocks took 1.16-5.8x its time in
+  // float64 at R*H = 4 to 12 (and 1.12-1.18x at 16 with K = 2 to 4), 1.07-1.9x in float32 up to 9
+  // (0.95-1.13x at 12), 1.15-1.52x in float16 at 4 (and 8 with K = 2), at B = 1694 and K = 1 to 8
+  // on the 2-core AMX VM; from these bounds they took 0.19-1.03x (1.12x in float16 at R*H = 32 with
+  // K = 8; docs/performance/cpu.md, "Row blocks need a reduction on AVX-512"). On the AVX2 build
+  // they paid from R*H = 4 (0.44-1.0x where automatic_path takes them).
+  template <class In>
+  static constexpr std::int64_t row_block_min_reduction() {
+    if constexpr (GATHER_GEMM_VECTOR_BYTES == 64) return sizeof(In) == 2 ? 12 : 16;
+    return 0;
+  }
 };
 
 // The AVX-512 engine's packing and epilogue use avx512_helpers.hpp: a 16 x 16 transposition of
@@ -1483,7 +1496,7 @@ Engine engine() {
            T::template direct_reduction_per_row<In>(few), few, T::kDirectWideRowsBytes,
            T::kDirectFittedMinReduction, T::kDirectBatchMaxRows, T::kDirectBatchMinReduction,
            T::template direct_batch_reduction_per_row<In>(), T::kFlopWeight, T::template row_block_max_outputs<In>(),
-           &T::weight_rows_max_rows, T::kWeightRowsMaxPanelsBytes},
+           T::template row_block_min_reduction<In>(), &T::weight_rows_max_rows, T::kWeightRowsMaxPanelsBytes},
           &pack_weight_panel_for<In>,
           &compute_tile_for<In>,
           &direct_rows_for<In>,
