@@ -114,6 +114,13 @@ constexpr std::int64_t kDotDirectRows = 16;
 // timed call by call in one process: docs/performance/cpu.md, "bfloat16 on an Intel processor without
 // AMX"). It had been measured against eager PyTorch's time before, a single row only from 1 MB.
 constexpr std::int64_t kDotBeatsAmxRows = 4;
+// But not with a reduction this short: there each of the dot kernel's outputs is mostly its lane
+// sum, and the float32 engine took 0.25-0.96x its time at B = 1 to 4 and R*H = 2 to 256 (K = 256
+// and 4096) on the GPU host's Xeon (16 and 8 threads) and 0.27-0.96x on the 2-core AMX VM, where
+// AMX took 1.0-2.5x the dot kernel's (but 0.6-0.8x at B = 4 with R*H = 128 to 256 and K = 256, on
+// both). From R*H = 512 the dot kernel took 0.70-0.97x the engine's time at B = 1 and 0.85-1.0x at
+// B = 2 (docs/performance/cpu.md, "Short bfloat16 reductions of up to 4 rows").
+constexpr std::int64_t kEngineBeatsDotReduction = 256;
 // Reductions this short cost AMX about as much as one of 32 (a tile multiply's depth, zero-
 // padded), and its time goes to the float32 block it stores and rounds: the float32 engine on
 // bfloat16 widened took 0.34-0.94x AMX's time at R*H = 1 to 12 and 0.71-1.21x (median 0.90) at
@@ -1098,11 +1105,12 @@ bool bf16_dot_packed_beats_engine(const Problem& p) {
 }
 
 bool bf16_dot_beats_amx(const Problem& p) {
-  return bf16_dot_reads_weight_in_place(p) && p.B <= kDotBeatsAmxRows;
+  return bf16_dot_reads_weight_in_place(p) && p.B <= kDotBeatsAmxRows && p.RH > kEngineBeatsDotReduction;
 }
 
 bool engine_beats_amx(const Problem& p) {
   if (p.RH <= kEngineBeatsAmxReduction || p.K <= kEngineBeatsAmxOutputs) return true;
+  if (p.B <= kDotBeatsAmxRows && p.RH <= kEngineBeatsDotReduction) return true;
   for (const auto& [reduction, outputs] : kEngineBeatsAmxShort)
     if (p.RH <= reduction && p.K <= outputs) return true;
   return false;

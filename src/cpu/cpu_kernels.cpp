@@ -44,8 +44,9 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 
 // bfloat16: AMX where the processor has it (it won from the seed problem up, and reads the weight
 // in place for short batches; measured in docs/PERFORMANCE.md), but for up to 4 rows, which
-// stream the weight faster on AVX512-BF16 dot products (bf16_dot_beats_amx), and for reductions
-// of up to 16, up to 8 outputs, or short reductions with few outputs, where the engine wins
+// stream the weight faster on AVX512-BF16 dot products (bf16_dot_beats_amx) unless their reduction
+// is at most 256 long, and for reductions of up to 16, up to 8 outputs, short reductions with few
+// outputs, or those few rows with a reduction that short, where the engine wins
 // (engine_beats_amx); float16 on AMX where its split into
 // bfloat16 parts beats the engine (amx_split_beats_engine). Else AVX512-BF16 dot
 // products for short batches (the weight in place, x gathered once), and, on processors where they
