@@ -115,11 +115,12 @@ constexpr std::int64_t kDotDirectRows = 16;
 // AMX"). It had been measured against eager PyTorch's time before, a single row only from 1 MB.
 constexpr std::int64_t kDotBeatsAmxRows = 4;
 // But not with a reduction this short: there each of the dot kernel's outputs is mostly its lane
-// sum, and the float32 engine took 0.25-0.96x its time at B = 1 to 4 and R*H = 2 to 256 (K = 256
-// and 4096) on the GPU host's Xeon (16 and 8 threads) and 0.27-0.96x on the 2-core AMX VM, where
-// AMX took 1.0-2.5x the dot kernel's (but 0.6-0.8x at B = 4 with R*H = 128 to 256 and K = 256, on
-// both). From R*H = 512 the dot kernel took 0.70-0.97x the engine's time at B = 1 and 0.85-1.0x at
-// B = 2 (docs/performance/cpu.md, "Short bfloat16 reductions of up to 4 rows").
+// sum, and the float32 engine took 0.25-1.01x its time at B = 1 to 4 and R*H = 2 to 256 (K = 256
+// and 4096) on an H100 host's Xeon (16 and 8 threads) and 0.25-0.96x on the 2-core AMX VM (one
+// cell 1.14x), where AMX took 1.0-2.5x the dot kernel's but 0.6-0.8x at B = 4 with R*H = 128 to
+// 256. From R*H = 512 the engine took 0.97-1.43x the dot kernel's time at B = 1, 0.96-1.17x at
+// B = 2 and 0.82-1.02x at B = 4 (docs/performance/cpu.md, "Short bfloat16 reductions of up to 4
+// rows").
 constexpr std::int64_t kEngineBeatsDotReduction = 256;
 // Reductions this short cost AMX about as much as one of 32 (a tile multiply's depth, zero-
 // padded), and its time goes to the float32 block it stores and rounds: the float32 engine on
