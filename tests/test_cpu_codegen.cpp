@@ -3,15 +3,14 @@
 // float64 micro-kernel that stores its tiles straight to y had the store's two bias vectors loaded
 // before its reduction loop, and the loop then reloaded its weight vectors from the stack every
 // step (14 stack operands among 24 multiply-adds), at 0.73x the speed of the same loop without
-// them. No functional test notices such a loop; this one reads the
-// library's own disassembly (objdump) and names the loops that touch the stack.
+// them. No functional test notices such a loop; this one reads the library's own disassembly
+// (objdump) and names the loops that touch the stack.
 //
 // A loop is a backward jump within one function whose body holds no other jump and no call, and
 // it counts where it holds at least kMinMultiplyAdds 512-bit or 256-bit FMAs (or AVX512-BF16 pair
-// dot products). AVX2's direct tiles
-// are left out: with 16 registers their 4 x 4 tile spills by design, and the 4 x 3 one that fits
-// in float32 spills a little for 16-bit inputs, which need registers to widen them (Tiling's
-// comment on kDirectFittedWeightRows).
+// dot products). AVX2's direct tiles are left out: with 16 registers their 4 x 4 tile spills by
+// design, and the 4 x 3 one that fits in float32 spills a little for 16-bit inputs, which need
+// registers to widen them (Tiling's comment on kDirectFittedWeightRows).
 #include <gtest/gtest.h>
 
 #include <cctype>

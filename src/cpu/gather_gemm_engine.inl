@@ -884,6 +884,7 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
     // A/B on the 2-core AMX VM, R*H of 1024 to 4096: 0.94-0.96x the time on 2 threads, 0.93-0.98x
     // on one). The AVX2 build on that VM was mixed (0.93-0.97x on five problems, 1.01-1.06x at K =
     // 900 on three), and no AVX2 processor was at hand to decide.
+    constexpr bool kFetchesNextPanel = GATHER_GEMM_VECTOR_BYTES == 64;
     const int tiles = mc_padded / T::MR;
     const int share = kc * T::NR * static_cast<int>(sizeof(Acc)) / tiles;
     const int share_lines = (share + 63) / 64;
@@ -891,7 +892,7 @@ void compute_tile(const Problem& p, const Acc* packed_weight, std::int64_t k_blo
     while ((kc >> (shift + 1)) >= share_lines) ++shift;
     for (int jr = 0; jr < nc_padded; jr += T::NR) {
       const Acc* b_panel = panel(c0, kc, jr);
-      if (GATHER_GEMM_VECTOR_BYTES == 64 && packed_weight != nullptr && jr + T::NR < nc_padded) {
+      if (kFetchesNextPanel && packed_weight != nullptr && jr + T::NR < nc_padded) {
         const auto next = reinterpret_cast<std::uintptr_t>(b_panel + p.RH * T::NR);
         for (int ir = 0; ir < mc_padded; ir += T::MR)
           micro_kernel<Acc>(kc, a_buf + ir * kc, b_panel, c_buf + ir * nc_padded + jr, nc_padded, c0 > 0, mc - ir,
