@@ -1105,13 +1105,17 @@ bool bf16_dot_packed_beats_engine(const Problem& p) {
 #endif
 }
 
-bool bf16_dot_beats_amx(const Problem& p) {
-  return bf16_dot_reads_weight_in_place(p) && p.B <= kDotBeatsAmxRows && p.RH > kEngineBeatsDotReduction;
-}
+// The batches that kDotBeatsAmxRows and kEngineBeatsDotReduction split between the dot kernel and
+// the engine on AMX processors.
+namespace {
+bool few_rows_for_dot(const Problem& p) { return bf16_dot_reads_weight_in_place(p) && p.B <= kDotBeatsAmxRows; }
+}  // namespace
+
+bool bf16_dot_beats_amx(const Problem& p) { return few_rows_for_dot(p) && p.RH > kEngineBeatsDotReduction; }
 
 bool engine_beats_amx(const Problem& p) {
   if (p.RH <= kEngineBeatsAmxReduction || p.K <= kEngineBeatsAmxOutputs) return true;
-  if (p.B <= kDotBeatsAmxRows && p.RH <= kEngineBeatsDotReduction) return true;
+  if (few_rows_for_dot(p) && p.RH <= kEngineBeatsDotReduction) return true;
   for (const auto& [reduction, outputs] : kEngineBeatsAmxShort)
     if (p.RH <= reduction && p.K <= outputs) return true;
   return false;
