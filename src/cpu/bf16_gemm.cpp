@@ -65,14 +65,15 @@ constexpr std::int64_t kGroupOutputs = 1024;  // outputs of y per task, at most:
 constexpr int kTile = 16;   // rows of a tile, and float32 columns of an accumulator tile
 constexpr int kStep = 32;   // bfloat16 reduction depth of one tile multiply
 constexpr int kBlock = 32;  // rows and outputs of the micro-kernel's block of y
-// Reduction slice gathered at a time: a row block's slice (270 KB) stays in L2. 1024 beat 256
-// and 512 by 5-10% and tied 2048, alternating in one process on (8, 1024, 128, 1024),
-// (26, 512, 64, 1024) and (4, 4096, 256, 1024).
-constexpr int kSlice = 1024;
-// Row stride of the gathered rows: a line past the slice, so that a tile's 16 rows do not all
-// fall in the same few L1 sets.
-constexpr int kLda = kSlice + 32;
+// Reduction slice gathered at a time: a row block's slice (532 KB) stays in L2. Each slice
+// beyond the first loads and stores y's float32 block again, which a micro-kernel call waits
+// for: with the next panels fetched ahead (amx_compute_block), 2048 took 0.83-0.90x the time
+// of 1024 at R*H = 1536 to 8192 (4096 took 0.89x to 0.98x there; 2-core AMX VM). 1024 had beaten
+// 256 and 512 by 5-10% on (8, 1024, 128, 1024), (26, 512, 64, 1024) and (4, 4096, 256, 1024).
+constexpr int kSlice = 2048;
 constexpr int kRowBlock = 128;  // rows of y per task
+// A task's packed panels beyond this many bytes are fetched ahead (amx_compute_block): half a 2 MB L2.
+constexpr std::int64_t kPanelsInL2Bytes = std::int64_t{1} << 20;
 constexpr int kCopyCallMinElements = 16;  // gather_rows: shorter runs of x are copied element by element
 
 // Batches take AMX's direct path (amx_direct: the weight read in place) up to a number of rows
@@ -206,11 +207,19 @@ constexpr TileConfig kTileConfig{};
 
 void configure_tiles() { _tile_loadconfig(&kTileConfig); }
 
+// What a micro-kernel call fetches into L2 for the calls after it: `lines` 64-byte lines a step
+// from `at` and from `at + second` (two panels' shares), none where `lines` is 0.
+struct PanelsAhead {
+  const char* at = nullptr;
+  std::int64_t second = 0;
+  int lines = 0;
+};
+
 // c (32 x 32 float32, row stride ldc elements) = (accumulate ? c : 0) + a (32 x depth bfloat16,
 // row stride lda) * the two 16-output panels w0, w1 (pair-interleaved, from the slice's first
 // pair row on).
 void amx_micro_kernel(int depth, const BFloat16* a, std::int64_t lda, const BFloat16* w0, const BFloat16* w1, float* c,
-                      std::int64_t ldc, bool accumulate) {
+                      std::int64_t ldc, bool accumulate, PanelsAhead ahead = {}) {
   const std::int64_t a_stride = lda * 2, c_stride = ldc * 4;
   // The tile instructions are asm statements the compiler does not know touch memory: fence
   // ordinary stores to a and c before them, and loads of c after.
@@ -229,6 +238,10 @@ void amx_micro_kernel(int depth, const BFloat16* a, std::int64_t lda, const BFlo
   // Each operand is loaded just before its first multiply, so that the loads of a step overlap
   // the multiplies of the one before.
   for (int step = 0; step < depth; step += kStep) {
+    for (int l = 0; l < ahead.lines; ++l, ahead.at += 64) {
+      _mm_prefetch(ahead.at, _MM_HINT_T1);
+      _mm_prefetch(ahead.at + ahead.second, _MM_HINT_T1);
+    }
     _tile_loadd(4, a + step, a_stride);
     _tile_loadd(6, w0 + step * kTile, 64);  // 16 pair rows of 16 outputs
     _tile_dpbf16ps(0, 4, 6);
@@ -716,24 +729,45 @@ void amx_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
                        std::int64_t b0, int rows, std::int64_t k0, int outputs, GatherRows gather) {
   const int padded_rows = static_cast<int>(round_up(rows, kBlock));
   const int padded_outputs = static_cast<int>(round_up(outputs, kBlock));
-  auto* a = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(kRowBlock) * kLda * sizeof(BFloat16)));
+  // c's rows a line longer than its outputs: at 1024 outputs (4 KB) a tile's 16 rows would fall in
+  // one L1 set (0.95-1.00x the time with the line, 2-core AMX VM).
+  const std::int64_t ldc = padded_outputs + kTile;
+  // Row stride of the gathered rows: a line past the longest slice, so that a tile's 16 rows do
+  // not all fall in the same few L1 sets, and no longer (a stride of the whole kSlice had taken
+  // up to 1.1x the time at R*H = 256: twice the pages).
+  const int lda = static_cast<int>(std::min<std::int64_t>(kSlice, depth)) + 32;
+  auto* a = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(kRowBlock) * lda * sizeof(BFloat16)));
   // Every 32 x 32 block of c is written by the first slice (from zeroed tiles): no clearing.
-  auto* c = static_cast<float*>(
-      c_scratch.bytes(static_cast<std::size_t>(padded_rows) * padded_outputs * sizeof(float)));
+  auto* c = static_cast<float*>(c_scratch.bytes(static_cast<std::size_t>(padded_rows) * ldc * sizeof(float)));
   const std::int64_t panel_elements = depth * kPanel;
+  // The task's panels come from L3 or memory where they outgrow L2 (the first row tile of each
+  // pair waited for them): there, while a pair's slice is multiplied, the row tiles fetch the
+  // next pair's slice into L2, a share each (0.91-0.94x the time at R*H = 1024 to 8192 with 1 to
+  // 8 MB of weight, 2-core AMX VM).
+  const bool fetch_ahead = static_cast<std::int64_t>(padded_outputs) * depth * 2 > kPanelsInL2Bytes;
+  const int calls = padded_rows / kBlock;
   configure_tiles();
   for (std::int64_t c0 = 0; c0 < depth; c0 += kSlice) {
     const int slice = static_cast<int>(std::min<std::int64_t>(kSlice, depth - c0));
-    gather(b0, rows, padded_rows, c0, slice, kLda, a);
+    gather(b0, rows, padded_rows, c0, slice, lda, a);
     for (int jr = 0; jr < padded_outputs; jr += kBlock) {
       const BFloat16* w0 = packed + ((k0 - k_block0 + jr) / kPanel) * panel_elements + c0 * kPanel;
-      for (int ir = 0; ir < padded_rows; ir += kBlock)
-        amx_micro_kernel(slice, a + static_cast<std::int64_t>(ir) * kLda, kLda, w0, w0 + panel_elements,
-                         c + static_cast<std::int64_t>(ir) * padded_outputs + jr, padded_outputs, c0 > 0);
+      PanelsAhead ahead;
+      if (fetch_ahead && jr + kBlock < padded_outputs) {
+        // Each panel's slice is slice / 2 lines, over calls * slice / kStep steps.
+        ahead.lines = static_cast<int>(ceil_div(kStep / 2, calls));
+        ahead.at = reinterpret_cast<const char*>(w0 + 2 * panel_elements);
+        ahead.second = panel_elements * static_cast<std::int64_t>(sizeof(BFloat16));
+      }
+      for (int ir = 0; ir < padded_rows; ir += kBlock) {
+        amx_micro_kernel(slice, a + static_cast<std::int64_t>(ir) * lda, lda, w0, w0 + panel_elements,
+                         c + ir * ldc + jr, ldc, c0 > 0, ahead);
+        ahead.at += static_cast<std::int64_t>(ahead.lines) * (slice / kStep) * 64;
+      }
     }
   }
   release_tiles();
-  store_rows(p, c, padded_outputs, b0, rows, k0, outputs);
+  store_rows(p, c, ldc, b0, rows, k0, outputs);
 }
 
 // The most rows AMX's direct path takes against a weight of this size (kAmxDirectRows).
