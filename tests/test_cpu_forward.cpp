@@ -235,7 +235,7 @@ TEST(CpuForwardAmx, ChosenForBfloat16AndRefusedOtherwise) {
     EXPECT_EQ(chosen_kernel({{8, 1024, 128, 9}, DType::bfloat16, Layout::contiguous, true}), "cpu_amx_bf16");
   }
   {
-    // float16 as bfloat16 parts on AMX from 256 rows a thread, a reduction of 48 and 128 outputs,
+    // float16 as bfloat16 parts on AMX from 128 rows a thread, a reduction of 48 and 128 outputs,
     // along unit strides.
     const char* split = cpu::amx_bf16_supported() ? "cpu_amx_bf16" : "cpu_gather_gemm";
     const std::int64_t rows = cpu::amx_split_min_rows();

@@ -148,13 +148,14 @@ struct ReductionAndOutputs {
 constexpr ReductionAndOutputs kEngineBeatsAmxShort[] = {{32, 32}, {24, 64}};
 // float16 on AMX as three bfloat16 products (run_amx_split) against the float32 engine, forced
 // kernels alternating in one process (docs/performance/cpu.md, "float16 on AMX as bfloat16
-// parts"). On the 2-core AMX VM: 0.60-0.98x the engine's time from B = 512 at R*H = 48 to 4096
-// (K = 512 to 4096), 0.75-1.25x (median 0.89) at B = 256, 1.10-1.86x at B = 128; at R*H = 24 and
-// 32, 0.85-1.13x from B = 512. On the GPU host's 16-core Xeon: 1.04-1.86x at 512 and 1024 rows,
-// 0.72-1.32x at 2048, 0.77-1.11x (median 0.87, over two runs) at 4096 and 8192. Below two 128-row
-// blocks a thread, the threads split each row block's outputs, and each such task splits its rows
-// of x again: so from 256 rows a thread. Not measured with x's slices or the weight's rows along a
-// stride (the backward's views), which it splits one element at a time.
+// parts", and for the bound now "The AMX packed path's weight fetched ahead, and float16 split
+// once"). Since the packed path fetches its next panels ahead and splits each value once: on the
+// 2-core AMX VM 0.68-0.91x the engine's time from 80 rows a thread (B = 160 to 256, R*H = 512 to
+// 1664, K = 512 to 4096), 0.91-1.24x at 64, 1.01-1.13x at 48; on an H100 host's 16-core Xeon
+// 0.65-0.99x from 128 rows a thread (2048 and 4096 rows), 0.76-1.15x at 96, 0.98-1.43x at 64 and
+// 80. So from 128 rows a thread (it had been 256, measured before those changes). At R*H = 24
+// and 32, 0.85-1.13x from B = 512 (the VM, before them). Not measured with x's slices or the
+// weight's rows along a stride (the backward's views), which it splits one element at a time.
 // Those had 512 to 4096 outputs. With few, splitting x costs more than the products save: on the
 // VM 1.8-17x the engine's time at K = 1 to 55 (random problems), 1.06-9.0x at K = 1 to 64, 0.79-1.08x
 // at 128 and 0.70-0.91x at 192; on the Xeon, at 4096 and 8192 rows, 1.06-1.68x at 16 and 64,
@@ -164,7 +165,7 @@ constexpr ReductionAndOutputs kEngineBeatsAmxShort[] = {{32, 32}, {24, 64}};
 // 1024 on the VM, two runs (docs/performance/cpu.md, "float16's split with short slices"):
 // 0.24-0.85x where H * K < 4096 (H = 2 to 32, K = 128 to 1024), 0.97-1.12x at 4096, 1.09-1.49x
 // above.
-constexpr std::int64_t kSplitMinRowsPerThread = 256;
+constexpr std::int64_t kSplitMinRowsPerThread = 128;
 constexpr std::int64_t kSplitMinReduction = 48;
 constexpr std::int64_t kSplitMinOutputs = 128;
 constexpr std::int64_t kSplitMinSliceTimesOutputs = 4096;

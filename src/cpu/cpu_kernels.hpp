@@ -52,11 +52,11 @@ bool bf16_dot_beats_amx(const Problem& p);
 // True where the float32 engine beats AMX on a bfloat16 problem: reductions of up to 16, up to 8
 // outputs, or short reductions with few outputs (R*H <= 32 with K <= 32, R*H <= 24 with K <= 64).
 bool engine_beats_amx(const Problem& p);
-// True where AMX's float16 split beats the float32 engine: 256 rows a thread or more, a reduction
+// True where AMX's float16 split beats the float32 engine: 128 rows a thread or more, a reduction
 // of 48 or more, 128 outputs or more, H * K of 4096 or more, x's slices and the weight's rows
 // along unit strides.
 bool amx_split_beats_engine(const Problem& p);
-std::int64_t amx_split_min_rows();  // 256 a thread of OpenMP's
+std::int64_t amx_split_min_rows();  // 128 a thread of OpenMP's
 // True where the dot kernel's packed path outruns the float32 engine on bfloat16 widened to float32:
 // on AMD's processors always, on Intel's (VDPBF16PS at a quarter of the FMA's issue rate) for few
 // rows or little work.
