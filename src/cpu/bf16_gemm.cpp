@@ -89,6 +89,17 @@ struct DirectRowsForWeight {
   std::int64_t weight_bytes, rows;
 };
 constexpr DirectRowsForWeight kAmxDirectRows[] = {{0, 64}, {std::int64_t{8} << 20, 256}, {std::int64_t{32} << 20, 512}};
+// Those tiers were measured on 16 threads. With fewer, each thread's share of the packed path's
+// rows is larger, and since the packed path fetches its next panels ahead it wins there sooner:
+// packed time over direct, bfloat16 against 8 to 64 MB of weight (docs/performance/cpu.md, "The
+// AMX packed path's weight fetched ahead, and float16 split once"), on the 2-core AMX VM 0.71-0.92
+// at 256 to 512 rows on 2 threads and 0.75 at 256 on one, 0.93-1.07 at 160 to 192, 0.88-1.40 at
+// 96 to 128 (direct slower only with 8 MB); on an H100 host's Xeon on 8 threads 0.86-0.99 at 256 to 512 rows with 8 and
+// 32 MB (1.01-1.26 with 64 MB), 0.94-1.23 at 96 to 192, and on 16 threads 1.07-1.79 at every
+// point up to the tiers. So the tiers hold up to kAmxDirectRowsPerThread rows a thread, and
+// never below kAmxDirectRowsAnyThreads.
+constexpr std::int64_t kAmxDirectRowsPerThread = 32;
+constexpr std::int64_t kAmxDirectRowsAnyThreads = 128;
 
 // AVX512-BF16 dot products: 12 rows x 32 outputs a micro-kernel call (24 accumulators, two
 // weight vectors and a broadcast pair of the 32 vector registers).
@@ -776,12 +787,13 @@ void amx_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
   store_rows(p, c, ldc, b0, rows, k0, outputs);
 }
 
-// The most rows AMX's direct path takes against a weight of this size (kAmxDirectRows).
-std::int64_t amx_direct_rows(std::int64_t weight_bytes) {
+// The most rows AMX's direct path takes against a weight of this size on `threads` threads
+// (kAmxDirectRows, kAmxDirectRowsPerThread).
+std::int64_t amx_direct_rows(std::int64_t weight_bytes, std::int64_t threads) {
   std::int64_t rows = 0;
   for (const auto& tier : kAmxDirectRows)
     if (weight_bytes >= tier.weight_bytes) rows = tier.rows;
-  return rows;
+  return std::min(rows, std::max(kAmxDirectRowsAnyThreads, kAmxDirectRowsPerThread * threads));
 }
 
 // Where amx_direct's block of `outputs` (<= 32) outputs from k0 reads the weight, one WeightTile a
@@ -968,7 +980,7 @@ void run_blocked(const Problem& p, std::int64_t depth, std::int64_t row_block, s
 // AMX's two paths for a bfloat16 problem.
 void run_amx_tiles(const Problem& p) {
   const std::int64_t depth = round_up(std::max<std::int64_t>(p.RH, 1), kStep);
-  if (p.weight_stride_c == 1 && p.B <= amx_direct_rows(p.weight_bytes()) &&
+  if (p.weight_stride_c == 1 && p.B <= amx_direct_rows(p.weight_bytes(), omp_get_max_threads()) &&
       p.B * depth * std::int64_t{sizeof(BFloat16)} <= kDirectRowsBytes) {
     amx_direct(p);
     return;
