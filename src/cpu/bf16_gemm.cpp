@@ -94,9 +94,9 @@ constexpr DirectRowsForWeight kAmxDirectRows[] = {{0, 64}, {std::int64_t{8} << 2
 // packed time over direct, bfloat16 against 8 to 64 MB of weight (docs/performance/cpu.md, "The
 // AMX packed path's weight fetched ahead, and float16 split once"), on the 2-core AMX VM 0.71-0.92
 // at 256 to 512 rows on 2 threads and 0.75 at 256 on one, 0.93-1.07 at 160 to 192, 0.88-1.40 at
-// 96 to 128 (direct slower only with 8 MB); on an H100 host's Xeon on 8 threads 0.86-0.99 at 256 to 512 rows with 8 and
-// 32 MB (1.01-1.26 with 64 MB), 0.94-1.23 at 96 to 192, and on 16 threads 1.07-1.79 at every
-// point up to the tiers. So the tiers hold up to kAmxDirectRowsPerThread rows a thread, and
+// 96 to 128 (direct slower only with 8 MB); on an H100 host's Xeon on 8 threads 0.86-0.99 at 256
+// to 512 rows with 8 and 32 MB (1.01-1.26 with 64 MB), 0.94-1.23 at 96 to 192, and on 16 threads
+// 1.07-1.79 at every point up to the tiers. So the tiers hold up to kAmxDirectRowsPerThread rows a thread, and
 // never below kAmxDirectRowsAnyThreads.
 constexpr std::int64_t kAmxDirectRowsPerThread = 32;
 constexpr std::int64_t kAmxDirectRowsAnyThreads = 128;
@@ -506,8 +506,10 @@ bool split_half_row(const Half* v, std::int64_t n, BFloat16* hi, BFloat16* lo) {
     const __m512 v1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves, 1));
     const __m512bh high = _mm512_cvtne2ps_pbh(v1, v0);
     const __m512i high_bits = reinterpret_cast<__m512i>(high);
-    const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(high_bits)), 16));
-    const __m512 h1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(high_bits, 1)), 16));
+    const auto widen = [](__m256i bfloat16s) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bfloat16s), 16));
+    };
+    const __m512 h0 = widen(_mm512_castsi512_si256(high_bits)), h1 = widen(_mm512_extracti64x4_epi64(high_bits, 1));
     const __m512bh low = _mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0));
     if (hi) _mm512_mask_storeu_epi16(hi + i, mask, high_bits);
     if (lo) _mm512_mask_storeu_epi16(lo + i, mask, reinterpret_cast<__m512i>(low));
@@ -1038,8 +1040,9 @@ void run_amx_split(const Problem& p) {
     }
     if (first < last) {
       thread_local Scratch parts_scratch;
-      auto* hi = static_cast<BFloat16*>(parts_scratch.bytes(static_cast<std::size_t>(last - first) * 2 * sizeof(BFloat16)));
-      BFloat16* lo = hi + (last - first);
+      const auto count = static_cast<std::size_t>(last - first);
+      auto* hi = static_cast<BFloat16*>(parts_scratch.bytes(count * 2 * sizeof(BFloat16)));
+      BFloat16* lo = hi + count;
       if (!split_run(first, last - first, hi, lo)) special.store(true, std::memory_order_relaxed);
       for (int s = 0; s < 3; ++s) {
         const std::int64_t begin = std::max(c0, s * RH), end = std::min(c0 + n, (s + 1) * RH);
