@@ -67,9 +67,10 @@ constexpr int kStep = 32;   // bfloat16 reduction depth of one tile multiply
 constexpr int kBlock = 32;  // rows and outputs of the micro-kernel's block of y
 // Reduction slice gathered at a time: a row block's slice (532 KB) stays in L2. Each slice
 // beyond the first loads and stores y's float32 block again, which a micro-kernel call waits
-// for: with the next panels fetched ahead (amx_compute_block), 2048 took 0.83-0.90x the time
-// of 1024 at R*H = 1536 to 8192 (4096 took 0.89x to 0.98x there; 2-core AMX VM). 1024 had beaten
-// 256 and 512 by 5-10% on (8, 1024, 128, 1024), (26, 512, 64, 1024) and (4, 4096, 256, 1024).
+// for. With the next panels fetched ahead (amx_compute_block), against the path before both, at
+// R*H = 1536 to 8192 on the 2-core AMX VM: slices of 2048 0.83-0.90x the time, of 1024 0.91-0.94x,
+// of 4096 0.84-0.98x. 1024 had beaten 256 and 512 by 5-10% on (8, 1024, 128, 1024), (26, 512,
+// 64, 1024) and (4, 4096, 256, 1024).
 constexpr int kSlice = 2048;
 constexpr int kRowBlock = 128;  // rows of y per task
 // A task's packed panels beyond this many bytes are fetched ahead (amx_compute_block): half a 2 MB L2.
@@ -95,7 +96,7 @@ constexpr DirectRowsForWeight kAmxDirectRows[] = {{0, 64}, {std::int64_t{8} << 2
 // AMX packed path's weight fetched ahead, and float16 split once"), on the 2-core AMX VM 0.71-0.92
 // at 256 to 512 rows on 2 threads and 0.75 at 256 on one, 0.93-1.07 at 160 to 192, 0.88-1.40 at
 // 96 to 128 (direct slower only with 8 MB); on an H100 host's Xeon on 8 threads 0.86-0.99 at 256
-// to 512 rows with 8 and 32 MB (1.01-1.26 with 64 MB), 0.94-1.23 at 96 to 192, and on 16 threads
+// to 512 rows with 8 and 32 MB (1.01-1.26 with 64 MB), 0.94-1.59 at 96 to 192, and on 16 threads
 // 1.07-1.79 at every point up to the tiers. So the tiers hold up to kAmxDirectRowsPerThread rows a thread, and
 // never below kAmxDirectRowsAnyThreads.
 constexpr std::int64_t kAmxDirectRowsPerThread = 32;
@@ -163,7 +164,7 @@ constexpr ReductionAndOutputs kEngineBeatsAmxShort[] = {{32, 32}, {24, 64}};
 // once"). Since the packed path fetches its next panels ahead and splits each value once: on the
 // 2-core AMX VM 0.68-0.91x the engine's time from 80 rows a thread (B = 160 to 256, R*H = 512 to
 // 1664, K = 512 to 4096), 0.91-1.24x at 64, 1.01-1.13x at 48; on an H100 host's 16-core Xeon
-// 0.65-0.99x from 128 rows a thread (2048 and 4096 rows), 0.76-1.15x at 96, 0.98-1.43x at 64 and
+// 0.65-0.99x from 128 rows a thread (2048 and 4096 rows), 0.76-1.15x at 96, 0.96-1.43x at 64 and
 // 80. So from 128 rows a thread (it had been 256, measured before those changes). At R*H = 24
 // and 32, 0.85-1.13x from B = 512 (the VM, before them). Not measured with x's slices or the
 // weight's rows along a stride (the backward's views), which it splits one element at a time.
@@ -749,7 +750,7 @@ void amx_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
   const int padded_rows = static_cast<int>(round_up(rows, kBlock));
   const int padded_outputs = static_cast<int>(round_up(outputs, kBlock));
   // c's rows a line longer than its outputs: at 1024 outputs (4 KB) a tile's 16 rows would fall in
-  // one L1 set (0.95-1.00x the time with the line, 2-core AMX VM).
+  // one L1 set (0.95-1.01x the time with the line, 2-core AMX VM).
   const std::int64_t ldc = padded_outputs + kTile;
   // Row stride of the gathered rows: a line past the longest slice, so that a tile's 16 rows do
   // not all fall in the same few L1 sets, and no longer (a stride of the whole kSlice had taken
