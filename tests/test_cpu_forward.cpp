@@ -348,6 +348,27 @@ TEST(CpuForwardAmx, RoundsLikeToBfloat16AndToHalf) {
   expect_rounded_once<Half>(kFloat16Cases, 1, [](const Problem& p) { cpu::run_amx_bf16(p); });
 }
 
+// AMX's direct path where the weight's rows lie a multiple of 2 KB apart (1024 elements: padded
+// rows of R*H = 1000, with a partial last reduction step, and rows of 1024): the first 32-row
+// chunk keeps the weight tiles it reads and the later chunks read that copy, for 32-output blocks
+// whose second half is full, partial (K = 40) or absent, and a last chunk of 1 or 32 rows.
+TEST(CpuForwardAmx, DirectPathReadsAliasedWeightRowsFromTheFirstChunksCopy) {
+  if (!cpu::amx_bf16_supported()) GTEST_SKIP() << "no AMX-BF16 on this processor";
+  for (std::int64_t H : {125, 128})
+    for (std::int64_t B : {33, 64})
+      for (std::int64_t K : {48, 40}) {
+        Operands o = make_operands({{8, B, H, K}, DType::bfloat16, Layout::contiguous, true}, 11);
+        o.weight = HostTensor(DType::bfloat16, {K, 8 * H}, {1024, 1});
+        o.weight.fill_uniform(12);
+        Options options;
+        options.kernel = "cpu_amx_bf16";
+        forward(o.x.view, o.weight.view, o.bias_view(), o.y.view, options);
+        const double err = relative_error(o.y, reference_of(o), B, K);
+        EXPECT_LE(err, rounding_tolerance(DType::bfloat16)) << "H = " << H << ", B = " << B << ", K = " << K;
+        EXPECT_TRUE(gaps_untouched(o.y));
+      }
+}
+
 // The AVX512-BF16 kernel: chosen for bfloat16 without AMX for short batches, and, on processors
 // where it outruns the float32 engine (AMD's), where x's slices run along a unit stride in whole
 // pairs or its rows sit side by side (else the engine), and refused by name otherwise.

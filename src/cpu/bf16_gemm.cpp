@@ -101,6 +101,9 @@ constexpr DirectRowsForWeight kAmxDirectRows[] = {{0, 64}, {std::int64_t{8} << 2
 // never below kAmxDirectRowsAnyThreads.
 constexpr std::int64_t kAmxDirectRowsPerThread = 32;
 constexpr std::int64_t kAmxDirectRowsAnyThreads = 128;
+// Weight rows this many bytes apart, or a multiple of it, are read from a copy by AMX's direct
+// path where it can (amx_direct).
+constexpr std::int64_t kAliasedRowBytes = 2048;
 
 // AVX512-BF16 dot products: 12 rows x 32 outputs a micro-kernel call (24 accumulators, two
 // weight vectors and a broadcast pair of the 32 vector registers).
@@ -279,18 +282,22 @@ void release_tiles() { _tile_release(); }
 // block: c tiles 0-1 (outputs 0-15 against A's rows 0-15 and 16-31), 2-3 (outputs 16-31) +=
 // tile w0 (16 weight rows from w0, row stride s0 bytes) and w1 (if `two`) times A's Panels
 // panels (16 pair rows of 16 rows of A each).
+// Where given, `keep` (row stride keep_stride bytes) receives the step's weight tiles, the second
+// 16 rows below the first.
 template <int Panels>
 void amx_direct_step(const BFloat16* w0, std::int64_t s0, const BFloat16* w1, std::int64_t s1, bool two,
-                     const BFloat16* a0, const BFloat16* a1) {
+                     const BFloat16* a0, const BFloat16* a1, BFloat16* keep = nullptr, std::int64_t keep_stride = 0) {
   _tile_loadd(6, a0, 64);
   if constexpr (Panels == 2) _tile_loadd(7, a1, 64);
   _tile_loadd(4, w0, s0);
   _tile_dpbf16ps(0, 4, 6);
   if constexpr (Panels == 2) _tile_dpbf16ps(1, 4, 7);
+  if (keep) _tile_stored(4, keep, keep_stride);
   if (two) {
     _tile_loadd(5, w1, s1);
     _tile_dpbf16ps(2, 5, 6);
     if constexpr (Panels == 2) _tile_dpbf16ps(3, 5, 7);
+    if (keep) _tile_stored(5, keep + kTile * keep_stride / 2, keep_stride);
   }
 }
 
@@ -306,9 +313,11 @@ struct WeightTile {
 // c (32 outputs x 32 rows of A, float32, row stride 32) = w[0] and w[1] (if `two`) times A's
 // panels over the reduction [0, depth): whole steps up to main_depth, then one step from the
 // tails where depth is longer.
+// Where given, `keep` receives the block's weight tiles as they are read (amx_direct_step).
 template <int Panels>
 void amx_direct_block(const WeightTile (&w)[2], bool two, std::int64_t main_depth, std::int64_t depth,
-                      const BFloat16* a_panels, std::int64_t panel_elements, float* c) {
+                      const BFloat16* a_panels, std::int64_t panel_elements, float* c, BFloat16* keep = nullptr,
+                      std::int64_t keep_stride = 0) {
   const BFloat16* a1 = a_panels + panel_elements;
   asm volatile("" ::: "memory");  // see amx_micro_kernel
   _tile_zero(0);
@@ -320,11 +329,12 @@ void amx_direct_block(const WeightTile (&w)[2], bool two, std::int64_t main_dept
       for (int i = 0; i < kTile; ++i)
         _mm_prefetch(reinterpret_cast<const char*>(w[t].src + step + 8 * kStep) + i * w[t].stride, _MM_HINT_T0);
     amx_direct_step<Panels>(w[0].src + step, w[0].stride, w[1].src + step, w[1].stride, two,
-                            a_panels + step * kTile, a1 + step * kTile);
+                            a_panels + step * kTile, a1 + step * kTile, keep ? keep + step : nullptr, keep_stride);
   }
   if (main_depth < depth)
     amx_direct_step<Panels>(w[0].tail, w[0].tail_stride, w[1].tail, w[1].tail_stride, two,
-                            a_panels + main_depth * kTile, a1 + main_depth * kTile);
+                            a_panels + main_depth * kTile, a1 + main_depth * kTile,
+                            keep ? keep + main_depth : nullptr, keep_stride);
   constexpr std::int64_t kStride = kBlock * sizeof(float);
   _tile_stored(0, c, kStride);
   if constexpr (Panels == 2) _tile_stored(1, c + kTile, kStride);
@@ -705,7 +715,7 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
 }
 
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
-thread_local Scratch packed_weight_scratch, a_scratch, c_scratch, tile_copy_scratch;
+thread_local Scratch packed_weight_scratch, a_scratch, c_scratch, tile_copy_scratch, kept_tiles_scratch;
 
 // y[b0 .. b0 + rows, k0 .. k0 + outputs) = c's rows (row stride ldc) + bias, rounded once to Out.
 template <class Out>
@@ -848,6 +858,7 @@ void amx_direct(const Problem& p) {
   const std::int64_t panels = ceil_div(p.B, kTile);
   const bool parallel = direct_parallel_pays(p);
   const std::int64_t panel_elements = depth * kPanel;
+  const bool rows_aliased = p.weight_stride_k * static_cast<std::int64_t>(sizeof(BFloat16)) % kAliasedRowBytes == 0;
   auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * depth) * sizeof(BFloat16)));
   auto* a_panels = static_cast<BFloat16*>(
       packed_weight_scratch.bytes(static_cast<std::size_t>(panels * panel_elements) * sizeof(BFloat16)));
@@ -878,14 +889,29 @@ void amx_direct(const Problem& p) {
     configure_tiles();
     const std::int64_t rows_begin = group * chunks / groups * kBlock;
     const std::int64_t rows_end = std::min(p.B, (group + 1) * chunks / groups * kBlock);
+    // Weight rows a multiple of kAliasedRowBytes apart fall in the same few L1 sets, a tile's 16
+    // and the other tile's, and evict each other. Where the block meets more than one chunk of
+    // rows, the first keeps the tiles it reads in a copy whose rows are an odd number of lines
+    // apart, and the others read that.
+    BFloat16* kept = nullptr;
+    const std::int64_t kept_row = (depth / kStep | 1) * kStep;  // elements
+    if (rows_aliased && rows_end - rows_begin > kBlock)
+      kept = static_cast<BFloat16*>(kept_tiles_scratch.bytes(2 * kTile * kept_row * sizeof(BFloat16)));
+    const std::int64_t kept_stride = kept_row * static_cast<std::int64_t>(sizeof(BFloat16));
+    const WeightTile kept_w[2] = {{kept, kept_stride, kept + main_depth, kept_stride},
+                                  {kept + (two ? kTile * kept_row : 0), kept_stride,
+                                   kept + (two ? kTile * kept_row : 0) + main_depth, kept_stride}};
     for (std::int64_t b0 = rows_begin; b0 < rows_end; b0 += kBlock) {
       const int chunk_rows = static_cast<int>(std::min<std::int64_t>(kBlock, p.B - b0));
       const BFloat16* chunk_panels = a_panels + b0 / kTile * panel_elements;
+      const bool first = b0 == rows_begin;
+      const WeightTile(&from)[2] = kept != nullptr && !first ? kept_w : w;
+      BFloat16* keep = kept != nullptr && first ? kept : nullptr;
       alignas(64) float c[kBlock * kBlock];
       if (chunk_rows <= kTile)
-        amx_direct_block<1>(w, two, main_depth, depth, chunk_panels, panel_elements, c);
+        amx_direct_block<1>(from, two, main_depth, depth, chunk_panels, panel_elements, c, keep, kept_stride);
       else
-        amx_direct_block<2>(w, two, main_depth, depth, chunk_panels, panel_elements, c);
+        amx_direct_block<2>(from, two, main_depth, depth, chunk_panels, panel_elements, c, keep, kept_stride);
       // c transposed into rows of y, 16 x 16 words at a time for each tile stored (one element at
       // a time, this was most of the time outside the tile multiplies at short reductions).
       alignas(64) float by_rows[kBlock * kBlock];
