@@ -97,8 +97,8 @@ constexpr DirectRowsForWeight kAmxDirectRows[] = {{0, 64}, {std::int64_t{8} << 2
 // at 256 to 512 rows on 2 threads and 0.75 at 256 on one, 0.93-1.07 at 160 to 192, 0.88-1.40 at
 // 96 to 128 (direct slower only with 8 MB); on an H100 host's Xeon on 8 threads 0.86-0.99 at 256
 // to 512 rows with 8 and 32 MB (1.01-1.26 with 64 MB), 0.94-1.59 at 96 to 192, and on 16 threads
-// 1.07-1.79 at every point up to the tiers. So the tiers hold up to kAmxDirectRowsPerThread rows a thread, and
-// never below kAmxDirectRowsAnyThreads.
+// 1.07-1.79 at every point up to the tiers. So the tiers hold up to kAmxDirectRowsPerThread rows
+// a thread, and never below kAmxDirectRowsAnyThreads.
 constexpr std::int64_t kAmxDirectRowsPerThread = 32;
 constexpr std::int64_t kAmxDirectRowsAnyThreads = 128;
 // Weight rows this many bytes apart, or a multiple of it, are read from a copy by AMX's direct
@@ -297,7 +297,7 @@ void amx_direct_step(const BFloat16* w0, std::int64_t s0, const BFloat16* w1, st
     _tile_loadd(5, w1, s1);
     _tile_dpbf16ps(2, 5, 6);
     if constexpr (Panels == 2) _tile_dpbf16ps(3, 5, 7);
-    if (keep) _tile_stored(5, keep + kTile * keep_stride / 2, keep_stride);
+    if (keep) _tile_stored(5, keep + kTile * (keep_stride / std::int64_t{sizeof(BFloat16)}), keep_stride);
   }
 }
 
@@ -763,8 +763,7 @@ void amx_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
   // one L1 set (0.95-1.01x the time with the line, 2-core AMX VM).
   const std::int64_t ldc = padded_outputs + kTile;
   // Row stride of the gathered rows: a line past the longest slice, so that a tile's 16 rows do
-  // not all fall in the same few L1 sets, and no longer (a stride of the whole kSlice had taken
-  // up to 1.1x the time at R*H = 256: twice the pages).
+  // not all fall in the same few L1 sets, and no longer, so that short reductions' rows stay close.
   const int lda = static_cast<int>(std::min<std::int64_t>(kSlice, depth)) + 32;
   auto* a = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(kRowBlock) * lda * sizeof(BFloat16)));
   // Every 32 x 32 block of c is written by the first slice (from zeroed tiles): no clearing.
@@ -898,9 +897,12 @@ void amx_direct(const Problem& p) {
     if (rows_aliased && rows_end - rows_begin > kBlock)
       kept = static_cast<BFloat16*>(kept_tiles_scratch.bytes(2 * kTile * kept_row * sizeof(BFloat16)));
     const std::int64_t kept_stride = kept_row * static_cast<std::int64_t>(sizeof(BFloat16));
-    const WeightTile kept_w[2] = {{kept, kept_stride, kept + main_depth, kept_stride},
-                                  {kept + (two ? kTile * kept_row : 0), kept_stride,
-                                   kept + (two ? kTile * kept_row : 0) + main_depth, kept_stride}};
+    WeightTile kept_w[2] = {w[0], w[1]};
+    if (kept != nullptr)
+      for (int t = 0; t < 2; ++t) {
+        const BFloat16* half = kept + (two ? t * kTile * kept_row : 0);
+        kept_w[t] = {half, kept_stride, half + main_depth, kept_stride};
+      }
     for (std::int64_t b0 = rows_begin; b0 < rows_end; b0 += kBlock) {
       const int chunk_rows = static_cast<int>(std::min<std::int64_t>(kBlock, p.B - b0));
       const BFloat16* chunk_panels = a_panels + b0 / kTile * panel_elements;
