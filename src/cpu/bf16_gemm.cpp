@@ -500,8 +500,7 @@ void interleave_runs_12(const BFloat16* low, const BFloat16* high, int rows, std
 
 // float16 values v[i] (i < n, unit stride) split into bfloat16 hi[i] = v rounded to nearest even
 // and lo[i] = v - hi[i], which is exact: v's 11 significant bits are hi's 8 and at most 4 more.
-// A null hi or lo is not written. False where some v is infinite or NaN (nothing is promised of
-// hi and lo then). 32 values a step: VCVTNE2PS2BF16 rounds two vectors of them to bfloat16 in one
+// False where some v is infinite or NaN (nothing is promised of hi and lo then). 32 values a step: VCVTNE2PS2BF16 rounds two vectors of them to bfloat16 in one
 // instruction (and packs lo's, exact), where rounding by integer steps and narrowing each vector
 // with a masked VPMOVDW store had made the split a quarter of the time at (12, 256, 128, 2048).
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
@@ -522,8 +521,8 @@ bool split_half_row(const Half* v, std::int64_t n, BFloat16* hi, BFloat16* lo) {
     };
     const __m512 h0 = widen(_mm512_castsi512_si256(high_bits)), h1 = widen(_mm512_extracti64x4_epi64(high_bits, 1));
     const __m512bh low = _mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0));
-    if (hi) _mm512_mask_storeu_epi16(hi + i, mask, high_bits);
-    if (lo) _mm512_mask_storeu_epi16(lo + i, mask, reinterpret_cast<__m512i>(low));
+    _mm512_mask_storeu_epi16(hi + i, mask, high_bits);
+    _mm512_mask_storeu_epi16(lo + i, mask, reinterpret_cast<__m512i>(low));
   }
   return special == 0;
 }
@@ -1028,16 +1027,16 @@ void run_amx_tiles(const Problem& p) {
       [&](std::int64_t k_first, BFloat16* out) { pack_weight_panel(p, k_first, depth, out); });
 }
 
-// n float16 values from `v` at `stride` split as split_half_row splits them (a null hi or lo is
-// not written); false if any is infinite or NaN.
+// n float16 values from `v` at `stride` split as split_half_row splits them; false if any is
+// infinite or NaN.
 bool split_half_run(const Half* v, std::int64_t stride, std::int64_t n, BFloat16* hi, BFloat16* lo) {
   if (stride == 1) return split_half_row(v, n, hi, lo);
   bool finite = true;
   for (std::int64_t i = 0; i < n; ++i) {
     const float value = to_float(v[i * stride]);
     const BFloat16 high = to_bfloat16(value);
-    if (hi) hi[i] = high;
-    if (lo) lo[i] = to_bfloat16(value - to_float(high));  // exact
+    hi[i] = high;
+    lo[i] = to_bfloat16(value - to_float(high));  // exact
     finite &= std::isfinite(value);
   }
   return finite;
@@ -1072,7 +1071,7 @@ void run_amx_split(const Problem& p) {
       const auto count = static_cast<std::size_t>(last - first);
       auto* hi = static_cast<BFloat16*>(parts_scratch.bytes(count * 2 * sizeof(BFloat16)));
       BFloat16* lo = hi + count;
-      if (!split_run(first, last - first, hi, lo)) special.store(true, std::memory_order_relaxed);
+      if (!split_run(first, static_cast<std::int64_t>(count), hi, lo)) special.store(true, std::memory_order_relaxed);
       for (int s = 0; s < 3; ++s) {
         const std::int64_t begin = std::max(c0, s * RH), end = std::min(c0 + n, (s + 1) * RH);
         if (begin < end)
@@ -1099,8 +1098,7 @@ void run_amx_split(const Problem& p) {
                           [&](std::int64_t c, std::int64_t count, BFloat16* hi, BFloat16* lo) {
                             bool finite = true;
                             for_each_slice_run(p, c, count, [&](std::int64_t offset, std::int64_t done, std::int64_t run) {
-                              finite &= split_half_run(row + offset, p.x_stride_h, run, hi ? hi + done : nullptr,
-                                                       lo ? lo + done : nullptr);
+                              finite &= split_half_run(row + offset, p.x_stride_h, run, hi + done, lo + done);
                             });
                             return finite;
                           });

@@ -360,8 +360,8 @@ inline void micro_kernel(int kc, Broadcasts a, const Acc* __restrict b, Store&& 
     for (int v = 0; v < Vectors; ++v) std::memcpy(&bv[v], b + kk * T::NR + v * T::kLanes, sizeof(Vec));
     // The weight's panel slice (32 KB in AVX-512) does not stay in L1 beside the streaming rows
     // of A: fetching it 16 steps ahead made float32 calls 5-9% faster (and A's panel on the
-    // weight-rows path: 5.1-5.3 G FMAs a second against 4.7-4.8 in a stand-alone loop). A prefetch never faults,
-    // so the last steps may name addresses past the panel (as integers, not pointers).
+    // weight-rows path: 5.1-5.3 G FMAs a second against 4.7-4.8 in a stand-alone loop). A prefetch
+    // never faults, so the last steps may name addresses past the panel (as integers, not pointers).
     const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(b + kk * T::NR) + 16 * T::NR * sizeof(Acc);
 #pragma GCC unroll 4
     for (std::size_t line = 0; line < T::NR * sizeof(Acc); line += 64)
