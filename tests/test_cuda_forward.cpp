@@ -16,6 +16,7 @@
 
 #include "core/validate.hpp"
 #include "cpu/cpu_kernels.hpp"
+#include "cuda/device_info.hpp"
 #include "cuda/gett_kernel.hpp"
 #include "cuda/weight_stream_kernel.hpp"
 #include "cuda_test_support.hpp"
@@ -806,6 +807,43 @@ TEST_F(CudaTest, GettMidSizeChoices) {
       const Options automatic = options_for("auto");
       expect_accurate(c, automatic, cuda_error_of(c, automatic));
     }
+}
+
+// Many waves of 128x128 tiles (or a reduction of up to 256): ping-pong 128x128, except that TF32
+// with a deeper reduction takes cooperative 128x256 tiles unless the device's memory delivers
+// 4.5 TB/s (an H200's 4.9 does, an H100 SXM's 3.35 does not). The rule reads the peak bandwidth
+// from the device's memory clock and bus width, which must therefore be reported.
+TEST_F(CudaTest, GettLargeTf32TilesFollowMemoryBandwidth) {
+  if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  const double bandwidth = cuda::peak_memory_bandwidth(0);
+  ASSERT_GT(bandwidth, 1e12) << "peak memory bandwidth (bytes/s) from cudaDevAttrMemoryClockRate and BusWidth";
+  const bool fast_memory = bandwidth >= 4.5e12;
+  struct Expected {
+    Shape shape;
+    DType dtype;
+    const char* configuration;
+  };
+  const char* deep_tf32 = fast_memory ? "tf32_pingpong_128x128" : "tf32_cooperative_128x256";
+  const Expected cases[] = {
+      {{8, 8192, 512, 4096}, DType::float32, deep_tf32},
+      {{32, 8192, 128, 4096}, DType::float32, deep_tf32},
+      {{8, 4096, 512, 4096}, DType::float32, deep_tf32},
+      {{4, 16384, 64, 8192}, DType::float32, "tf32_pingpong_128x128"},  // R*H = 256
+      {{8, 8192, 512, 4096}, DType::bfloat16, "bf16_pingpong_128x128_c2x1_epi64x64"},
+      {{4, 16384, 64, 8192}, DType::bfloat16, "bf16_pingpong_128x128_c2x1_epi64x128"},
+  };
+  for (const Expected& e : cases) {
+    Problem p;
+    p.R = e.shape.R, p.B = e.shape.B, p.H = e.shape.H, p.K = e.shape.K, p.RH = e.shape.R * e.shape.H;
+    p.dtype = e.dtype;
+    p.device = Device::cuda(0);
+    p.x_stride_r = p.B * p.H, p.x_stride_b = p.H, p.x_stride_h = 1;
+    p.weight_stride_k = p.RH;
+    p.y_stride_b = p.K;
+    EXPECT_EQ(cuda::gett::choose(p).variant->name, std::string(e.configuration))
+        << Case{e.shape, e.dtype, Layout::contiguous, true} << ", peak memory bandwidth " << bandwidth / 1e12
+        << " TB/s";
+  }
 }
 
 // 17 to 64 rows (TF32: 32) against 8 to 128 MB of weight (TF32: 256 MB) that the weight-streaming

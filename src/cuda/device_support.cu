@@ -59,6 +59,12 @@ int compute_capability_major(int device) { return cached_attribute<cudaDevAttrCo
 
 int compute_capability_minor(int device) { return cached_attribute<cudaDevAttrComputeCapabilityMinor>(device); }
 
+double peak_memory_bandwidth(int device) {
+  const double clock_hz = 1e3 * cached_attribute<cudaDevAttrMemoryClockRate>(device);  // reported in kHz
+  const double bus_bytes = cached_attribute<cudaDevAttrGlobalMemoryBusWidth>(device) / 8.0;
+  return 2 * clock_hz * bus_bytes;  // two transfers a clock
+}
+
 int device_count() {
   static const int count = [] {
     int n = 0;

@@ -192,6 +192,22 @@ bool takes_split_reduction(const Problem& p) { return split_reduction_variant(p)
 // gett_weight_rows_tiles_h200.csv).
 bool too_few_weight_tiles(const Problem& p) { return weight_tiles_per_sm(p) < 0.24; }
 
+namespace {
+// TF32's 128x128 tiles against cooperative 128x256 ones where the reduction is deeper than 256
+// (time / cuBLAS TF32 GEMM-only on the pre-concatenated input, kernel_variants gett_large): on an
+// H200 ping-pong 128x128 took 0.98-1.05x at (8, 8192, 512, 4096) and (32, 8192, 128, 4096) over
+// thirteen runs, 128x256 1.00-1.05x, ping-pong ahead in 18 of the 26. On an H100 128x128 tiles
+// took 1.16-1.47x at those and at (16, 4096, 128, 2048), (8, 8192, 128, 1024), (16, 8192, 64,
+// 1024) and (32, 4096, 128, 4096), ping-pong or cooperative, in every order of the scheduler's
+// (CUTLASS's own order is the one that keeps pace on the H200); 128x256 0.96-1.05x. The two differ
+// in memory (4.9 against 3.35 TB/s; L2 60 against 50 MB); which of them makes the difference is not
+// measured. Ping-pong 128x128 only where memory is H200-fast.
+constexpr double kTf32SquareTilesMinBandwidth = 4.5e12;  // bytes per second
+bool tf32_square_tiles_keep_pace(const Problem& p) {
+  return peak_memory_bandwidth(p.device.index) >= kTf32SquareTilesMinBandwidth;
+}
+}  // namespace
+
 // Measured on an H200: kernel_variants gett (bench/results/gett_tuning_h200.csv for the large
 // problems, gett_mid_size_h200.csv for the mid-size ones) and the CLI over bench/shapes_mid.txt
 // (sweep_mid_h200.csv).
@@ -216,7 +232,9 @@ Choice choose(const Problem& p) {
   // needs the shared memory that 64x128 staging takes (1.07x cuBLAS with 64x128 there). The
   // scheduler's order made no difference beyond noise on these.
   if (p.RH <= 256 || square >= 3.5 * sms) {
-    if (tf32) return {&tf32_pingpong_128x128(), {}};
+    if (tf32)
+      return {p.RH <= 256 || tf32_square_tiles_keep_pace(p) ? &tf32_pingpong_128x128() : &tf32_cooperative_128x256(),
+              {}};
     if (p.RH <= 256)
       return {f16 ? &f16_pingpong_128x128_c2x1_epi64x128() : &bf16_pingpong_128x128_c2x1_epi64x128(), {}};
     return {f16 ? &f16_pingpong_128x128_c2x1_epi64x64() : &bf16_pingpong_128x128_c2x1_epi64x64(), {}};
