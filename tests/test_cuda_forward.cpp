@@ -407,6 +407,8 @@ TEST_F(CudaTest, DeterministicBits) {
   }
 }
 
+// By the device's free memory, which only holds still while no other process allocates (CTest
+// runs the GPU suites one at a time).
 TEST_F(CudaTest, FusedKernelsAllocateNothingPerCall) {
   const Case cases[] = {{{8, 1024, 128, 1024}, DType::float32, Layout::contiguous, true},
                         {{8, 16, 128, 1024}, DType::bfloat16, Layout::contiguous, true}};
@@ -1168,7 +1170,8 @@ TEST_F(CudaTest, GettThroughTheDispatcher) {
 }
 
 // Captured in a CUDA graph (global mode) and replayed on new inputs; same bits on every run of
-// the same inputs; nothing allocated per call.
+// the same inputs; nothing allocated per call (by the device's free memory, which only holds
+// still while no other process allocates: CTest runs the GPU suites one at a time).
 TEST_F(CudaTest, GettGraphDeterminismAndMemory) {
   if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
   const Case c{{8, 1024, 128, 1024}, DType::bfloat16, Layout::head_major, true};
