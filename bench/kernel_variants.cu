@@ -19,7 +19,7 @@
 //
 //   kernel_variants [latency|gemm|gemm_exact|stream|stream_rows|stream_blocks|gett|gett_large|gett_weight_rows|all]
 //                                                        > variants.csv
-//   kernel_variants gett_large R,B,H,K                  > variants.csv   (that shape only, bfloat16)
+//   kernel_variants gett_large R,B,H,K[,bf16|f16|tf32]  > variants.csv   (that shape only, by default bfloat16)
 //   kernel_variants host                                 > host.csv
 //   kernel_variants latency_cold                         > cold.csv   (KernelBench's flush before each launch)
 #include <cuda_runtime.h>
@@ -69,6 +69,9 @@ __global__ void empty_kernel() {}
 struct Shape {
   std::int64_t R, B, H, K;
 };
+
+// The dtype a single shape's `gett_large` measures (bfloat16 unless named after the shape).
+DType single_shape_dtype = DType::bfloat16;
 
 // Input sets on the device (x contiguous), enough of them to span twice the L2.
 struct Inputs {
@@ -606,7 +609,7 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
     const bool target = only || s.B * s.K >= 8192 * 4096;
     if (targets_only && !target) continue;
     for (DType dtype : {DType::bfloat16, DType::float16, DType::float32}) {
-      if (only && dtype != DType::bfloat16) continue;
+      if (only && dtype != single_shape_dtype) continue;
       const bool spot_check = dtype == DType::float16;  // same kernels as bfloat16: shipped ones only
       if (spot_check && !target) continue;
       Inputs in(s, dtype, stream);
@@ -767,10 +770,16 @@ int main(int argc, char** argv) {
   std::optional<Shape> only;
   if (argc > 2) {
     Shape s{};
-    if (std::sscanf(argv[2], "%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64, &s.R, &s.B, &s.H, &s.K) != 4) {
-      std::fprintf(stderr, "kernel_variants: expected the shape as R,B,H,K, got '%s'\n", argv[2]);
+    char dtype[8] = "bf16";
+    const int fields =
+        std::sscanf(argv[2], "%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%7s", &s.R, &s.B, &s.H, &s.K, dtype);
+    const std::string tag(dtype);
+    if (fields < 4 || (tag != "bf16" && tag != "f16" && tag != "tf32")) {
+      std::fprintf(stderr, "kernel_variants: expected the shape as R,B,H,K[,bf16|f16|tf32], got '%s'\n", argv[2]);
       return 2;
     }
+    using gather_linear::DType;
+    single_shape_dtype = tag == "tf32" ? DType::float32 : tag == "f16" ? DType::float16 : DType::bfloat16;
     only = s;
   }
   cudaStream_t stream;
