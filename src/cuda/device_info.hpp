@@ -15,8 +15,8 @@ int multiprocessor_count(int device);
 int compute_capability_major(int device);
 // Compute capability minor version of a device, queried once.
 int compute_capability_minor(int device);
-// Peak bandwidth of a device's memory in bytes per second (its memory clock and bus width, queried
-// once); 0 where the device does not report them.
+// Peak bandwidth of a device's memory in bytes per second, from its memory clock and bus width
+// (queried once).
 double peak_memory_bandwidth(int device);
 
 }  // namespace gather_linear::cuda
