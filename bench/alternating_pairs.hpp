@@ -1,7 +1,8 @@
 // What the CPU A/B tools (cpu_kernel_ab, cpu_engine_ab) share: inputs filled the same way, and two
 // candidates timed in alternating pairs in one process. On a shared VM separate runs minutes apart
 // differed by 20-30%, while the two calls of a pair see the same machine; the order inside a pair
-// alternates so that neither always runs first.
+// alternates so that neither always runs first. Buffers are 64-byte aligned, as PyTorch's are
+// (host_buffer.hpp).
 #pragma once
 
 #include <algorithm>
@@ -13,11 +14,12 @@
 #include <vector>
 
 #include "core/numeric.hpp"
+#include "host_buffer.hpp"
 
 namespace gather_linear::bench {
 
 // Each buffer filled with uniform values in [-1, 1) rounded to dtype, from one fixed seed.
-inline void fill_uniform(DType dtype, std::initializer_list<std::vector<std::byte>*> buffers) {
+inline void fill_uniform(DType dtype, std::initializer_list<HostBytes*> buffers) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<double> uniform(-1, 1);
   visit_floating_dtype(dtype, [&]<class T>() {

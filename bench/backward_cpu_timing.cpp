@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gather_linear/gather_linear.hpp"
+#include "host_buffer.hpp"
 #include "timing.hpp"
 
 namespace {
@@ -28,7 +29,7 @@ struct Shape {
   std::int64_t R, B, H, K;
 };
 
-void concatenate(const std::vector<float>& x, const Shape& s, std::vector<float>& cat) {
+void concatenate(const HostVector<float>& x, const Shape& s, HostVector<float>& cat) {
   for (std::int64_t r = 0; r < s.R; ++r)
     for (std::int64_t b = 0; b < s.B; ++b)
       std::copy_n(&x[(r * s.B + b) * s.H], s.H, &cat[b * s.R * s.H + r * s.H]);
@@ -44,7 +45,7 @@ void gemms(const Shape& s, const float* dy, const float* w, const float* cat, fl
               i(RH));
 }
 
-double disagreement(const std::vector<float>& a, const std::vector<float>& b) {
+double disagreement(const HostVector<float>& a, const HostVector<float>& b) {
   double err = 0, scale = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
     err = std::isnan(a[i]) ? INFINITY : std::max(err, std::abs(double(a[i]) - b[i]));
@@ -55,12 +56,12 @@ double disagreement(const std::vector<float>& a, const std::vector<float>& b) {
 
 void run_shape(const Shape& s) {
   const std::int64_t RH = s.R * s.H;
-  std::vector<float> x(s.R * s.B * s.H), w(s.K * RH), dy(s.B * s.K);
+  HostVector<float> x(s.R * s.B * s.H), w(s.K * RH), dy(s.B * s.K);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   for (auto* v : {&x, &w, &dy})
     for (float& e : *v) e = dist(rng);
-  std::vector<float> dx(x.size()), dw(w.size()), cat(x.size()), dx_cat(x.size()), dw_ref(w.size()), dx_ref(x.size());
+  HostVector<float> dx(x.size()), dw(w.size()), cat(x.size()), dx_cat(x.size()), dw_ref(w.size()), dx_ref(x.size());
 
   const Device cpu = Device::cpu();
   const auto xv = TensorView::contiguous(x.data(), DType::float32, cpu, {s.R, s.B, s.H});

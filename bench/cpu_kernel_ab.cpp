@@ -4,10 +4,14 @@
 // :automatic on the path it picks (cpu_gather_gemm:PATH:avx2 or :portable: that instruction set's
 // engine rather than the best). One
 // CSV row a problem: its kernel times (medians) and quartiles of the per-pair ratio
-// time_b / time_a; "same" where both wrote the same bits.
+// time_b / time_a; "same" where both wrote the same bits. Buffers start on a cache line, as
+// PyTorch's do; --offset-b places B's operands that many bytes past one instead (the same values),
+// e.g. 16 as a std::vector's heap block lies.
 //
 //   cpu_kernel_ab KERNEL_A KERNEL_B R,B,H,K[,f32|f64|f16|bf16[,contiguous|head-major]] ... [--pairs N]
+//                 [--offset-b BYTES]
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -80,28 +84,39 @@ std::function<void(const TensorView&, const TensorView&, const TensorView&, cons
   };
 }
 
-void compare(const std::string& kernel_a, const std::string& kernel_b, const Problem& s, int pairs) {
+void compare(const std::string& kernel_a, const std::string& kernel_b, const Problem& s, int pairs,
+             std::size_t offset_b) {
   const DType dtype = s.dtype == "f16"    ? DType::float16
                       : s.dtype == "bf16" ? DType::bfloat16
                       : s.dtype == "f64"  ? DType::float64
                                           : DType::float32;
   const std::size_t size = dtype_size(dtype);
-  std::vector<std::byte> x(s.R * s.B * s.H * size), w(s.K * s.R * s.H * size), bias(s.K * size);
-  std::vector<std::byte> y_a(s.B * s.K * size), y_b(s.B * s.K * size);
+  HostBytes x(s.R * s.B * s.H * size), w(s.K * s.R * s.H * size), bias(s.K * size);
   bench::fill_uniform(dtype, {&x, &w, &bias});
+  // B's operands: the same values, offset_b bytes past a cache line.
+  const auto shifted = [offset_b](const HostBytes& from) {
+    HostBytes to(from.size() + offset_b);
+    std::copy(from.begin(), from.end(), to.begin() + static_cast<std::ptrdiff_t>(offset_b));
+    return to;
+  };
+  const HostBytes x_b = shifted(x), w_b = shifted(w), bias_b = shifted(bias);
+  HostBytes y_a(s.B * s.K * size), y_b(s.B * s.K * size + offset_b);
   const Device cpu = Device::cpu();
-  // head-major: x's buffer is (B, R, H), viewed as (R, B, H), as an attention output is.
-  const TensorView xv = s.layout == "head-major"
-                            ? TensorView::strided(x.data(), dtype, cpu, {s.R, s.B, s.H}, {s.H, s.R * s.H, 1})
-                            : TensorView::contiguous(x.data(), dtype, cpu, {s.R, s.B, s.H});
-  const TensorView wv = TensorView::contiguous(w.data(), dtype, cpu, {s.K, s.R * s.H});
-  const TensorView bv = TensorView::contiguous(bias.data(), dtype, cpu, {s.K});
-  const TensorView ya = TensorView::contiguous(y_a.data(), dtype, cpu, {s.B, s.K});
-  const TensorView yb = TensorView::contiguous(y_b.data(), dtype, cpu, {s.B, s.K});
+  const auto views = [&](const std::byte* x_data, const std::byte* w_data, const std::byte* bias_data, std::byte* y_data) {
+    // head-major: x's buffer is (B, R, H), viewed as (R, B, H), as an attention output is.
+    return std::array<TensorView, 4>{
+        s.layout == "head-major" ? TensorView::strided(x_data, dtype, cpu, {s.R, s.B, s.H}, {s.H, s.R * s.H, 1})
+                                 : TensorView::contiguous(x_data, dtype, cpu, {s.R, s.B, s.H}),
+        TensorView::contiguous(w_data, dtype, cpu, {s.K, s.R * s.H}), TensorView::contiguous(bias_data, dtype, cpu, {s.K}),
+        TensorView::contiguous(y_data, dtype, cpu, {s.B, s.K})};
+  };
+  const auto [xv, wv, bv, ya] = views(x.data(), w.data(), bias.data(), y_a.data());
+  const auto [xv_b, wv_b, bv_b, yb] =
+      views(x_b.data() + offset_b, w_b.data() + offset_b, bias_b.data() + offset_b, y_b.data() + offset_b);
   const auto run_a = runner(kernel_a), run_b = runner(kernel_b);
   const bench::PairTimes t =
-      bench::time_alternating_pairs(pairs, [&] { run_a(xv, wv, bv, ya); }, [&] { run_b(xv, wv, bv, yb); });
-  const bool same = y_a == y_b;
+      bench::time_alternating_pairs(pairs, [&] { run_a(xv, wv, bv, ya); }, [&] { run_b(xv_b, wv_b, bv_b, yb); });
+  const bool same = std::equal(y_a.begin(), y_a.end(), y_b.begin() + static_cast<std::ptrdiff_t>(offset_b));
   const auto chosen = [&](const std::string& name, const TensorView& y) {
     if (name.find(':') != std::string::npos) return name;
     Options options;
@@ -120,20 +135,25 @@ void compare(const std::string& kernel_a, const std::string& kernel_b, const Pro
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  int pairs = 40;
-  if (const auto it = std::find(args.begin(), args.end(), "--pairs"); it != args.end() && it + 1 != args.end()) {
-    pairs = std::atoi((it + 1)->c_str());
+  const auto option = [&args](const char* name, int fallback) {
+    const auto it = std::find(args.begin(), args.end(), name);
+    if (it == args.end() || it + 1 == args.end()) return fallback;
+    const int value = std::atoi((it + 1)->c_str());
     args.erase(it, it + 2);
-  }
-  if (args.size() < 3 || pairs < 1) {
+    return value;
+  };
+  const int pairs = option("--pairs", 40), offset_b = option("--offset-b", 0);
+  if (args.size() < 3 || pairs < 1 || offset_b < 0) {
     std::fprintf(stderr,
-                 "usage: %s KERNEL_A KERNEL_B R,B,H,K[,f32|f64|f16|bf16[,contiguous|head-major]] ... [--pairs N]\n",
+                 "usage: %s KERNEL_A KERNEL_B R,B,H,K[,f32|f64|f16|bf16[,contiguous|head-major]] ... [--pairs N] "
+                 "[--offset-b BYTES]\n",
                  argv[0]);
     return 2;
   }
   std::printf("R,B,H,K,dtype,layout,kernel_a,kernel_b,pairs,a_us,b_us,ratio_q25,ratio_median,ratio_q75,outputs\n");
   try {
-    for (std::size_t i = 2; i < args.size(); ++i) compare(args[0], args[1], parse(args[i]), pairs);
+    for (std::size_t i = 2; i < args.size(); ++i)
+      compare(args[0], args[1], parse(args[i]), pairs, static_cast<std::size_t>(offset_b));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cpu_kernel_ab: %s\n", e.what());
     return 1;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "host_buffer.hpp"
 #include "timing.hpp"
 #include "core/numeric.hpp"
 #include "core/validate.hpp"
@@ -133,7 +134,7 @@ Config parse(int argc, char** argv) {
 
 // One input set in host memory, laid out as the config says, filled from the seed.
 struct HostInputs {
-  std::vector<std::byte> x, weight, bias;
+  HostBytes x, weight, bias;
 };
 
 HostInputs make_host_inputs(const Config& c, std::uint32_t seed) {
@@ -184,7 +185,7 @@ struct Reference {
 };
 
 Reference compute_reference(const Config& c, const HostInputs& in) {
-  std::vector<std::byte> scratch_y(static_cast<std::size_t>(c.B * c.K) * dtype_size(c.dtype));
+  HostBytes scratch_y(static_cast<std::size_t>(c.B * c.K) * dtype_size(c.dtype));
   const Views v = make_views(c, in.x.data(), in.weight.data(), in.bias.data(), scratch_y.data(), Device::cpu());
   const Problem p = validate_forward_args(v.x, v.weight, v.bias, v.y);
   Reference ref;
@@ -194,7 +195,7 @@ Reference compute_reference(const Config& c, const HostInputs& in) {
   return ref;
 }
 
-Accuracy measure(const Config& c, const std::vector<std::byte>& y, const Reference& ref) {
+Accuracy measure(const Config& c, const HostBytes& y, const Reference& ref) {
   Accuracy a;
   visit_floating_dtype(c.dtype, [&]<class T>() {
     const T* yp = reinterpret_cast<const T*>(y.data());
@@ -251,7 +252,7 @@ Report run_cpu(const Config& c) {
   rep.device = "cpu";
   const HostInputs in = make_host_inputs(c, c.seed);
   const Reference ref = compute_reference(c, in);
-  std::vector<std::byte> y(static_cast<std::size_t>(c.B * c.K) * dtype_size(c.dtype));
+  HostBytes y(static_cast<std::size_t>(c.B * c.K) * dtype_size(c.dtype));
   const Views v = make_views(c, in.x.data(), in.weight.data(), in.bias.data(), y.data(), Device::cpu());
   const Options fused = options_for(c, c.kernel), unfused = options_for(c, "cpu_unfused_blas");
   rep.kernel = select_kernel(v.x, v.weight, v.bias, v.y, fused);
@@ -339,7 +340,7 @@ Report run_cuda(const Config& c) {
     check(cudaMemsetAsync(d.y, 0xff, y_bytes, stream), "cudaMemsetAsync");  // all-ones bits: NaN in every dtype
     forward(v0.x, v0.weight, v0.bias, v0.y, o, stream);
     check(cudaStreamSynchronize(stream), "forward");
-    std::vector<std::byte> y(y_bytes);
+    HostBytes y(y_bytes);
     check(cudaMemcpy(y.data(), d.y, y_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
     return measure(c, y, ref);
   };

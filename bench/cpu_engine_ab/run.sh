@@ -35,7 +35,7 @@ for side in a b; do
 done
 for unit in "$root/bench/cpu_engine_ab/timing.cpp" "$root/src/core/tensor_view.cpp" "$root/src/core/error.cpp"; do
   objects+=("$work/timing-$(basename "$unit" .cpp).o")
-  c++ "${flags[@]}" -I"$root/include" -I"$root/src" -I"$root/bench" -c "$unit" -o "${objects[-1]}"
+  c++ "${flags[@]}" -I"$root/include" -I"$root/src" -I"$root/bench" -I"$root/tools" -c "$unit" -o "${objects[-1]}"
 done
 c++ -fopenmp "${objects[@]}" -o "$work/cpu_engine_ab"
 echo "R,B,H,K,dtype,pairs,base_us,working_us,ratio_q25,ratio_median,ratio_q75,outputs"

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
                       : dtype_name == "f64"  ? DType::float64
                                              : DType::float32;
   const std::size_t size = dtype_size(dtype);
-  std::vector<std::byte> x(R * B * H * size), w(K * R * H * size), bias(K * size), y_a(B * K * size), y_b(B * K * size);
+  HostBytes x(R * B * H * size), w(K * R * H * size), bias(K * size), y_a(B * K * size), y_b(B * K * size);
   bench::fill_uniform(dtype, {&x, &w, &bias});
   Problem p;
   p.R = R, p.B = B, p.H = H, p.K = K, p.RH = R * H, p.dtype = dtype, p.device = Device::cpu();
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   p.weight = w.data(), p.weight_stride_k = R * H, p.bias = bias.data(), p.y_stride_b = K;
   // The backward's problems as src/cpu/backward.cpp poses them, over transposed views; x taken as
   // head-major, so that grad_weight reads it in place.
-  std::vector<std::byte> gy(B * K * size);
+  HostBytes gy(B * K * size);
   bench::fill_uniform(dtype, {&gy});
   const std::string mode = argc > 7 ? argv[7] : "forward";
   if (mode != "forward" && mode != "head_major" && mode != "grad_x" && mode != "grad_weight") {
