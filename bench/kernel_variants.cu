@@ -70,9 +70,6 @@ struct Shape {
   std::int64_t R, B, H, K;
 };
 
-// The dtype a single shape's `gett_large` measures (bfloat16 unless named after the shape).
-DType single_shape_dtype = DType::bfloat16;
-
 // Input sets on the device (x contiguous), enough of them to span twice the L2.
 struct Inputs {
   DType dtype;
@@ -594,7 +591,8 @@ void stream_blocks_sweep(cudaStream_t stream, const std::optional<Shape>& only) 
 // `targets_only`: the three largest shapes, without the scheduler settings. `only`, when given,
 // replaces the shape list and limits the sweep to bfloat16 (with the scheduler settings), to
 // explore one shape's configurations in little GPU time.
-void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shape>& only) {
+// `only`: that shape alone, in `only_dtype`.
+void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shape>& only, DType only_dtype) {
   namespace gett = cuda::gett;
   std::vector<Shape> shapes = {{8, 8192, 512, 4096}, {32, 8192, 128, 4096}, {4, 16384, 64, 8192}, {16, 4096, 128, 2048},
                                {8, 1024, 128, 1024}, {4, 4096, 32, 2048},   {12, 4096, 64, 768},  {32, 1024, 128, 4096}};
@@ -609,7 +607,7 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
     const bool target = only || s.B * s.K >= 8192 * 4096;
     if (targets_only && !target) continue;
     for (DType dtype : {DType::bfloat16, DType::float16, DType::float32}) {
-      if (only && dtype != single_shape_dtype) continue;
+      if (only && dtype != only_dtype) continue;
       const bool spot_check = dtype == DType::float16;  // same kernels as bfloat16: shipped ones only
       if (spot_check && !target) continue;
       Inputs in(s, dtype, stream);
@@ -765,9 +763,11 @@ void host_sweep(cudaStream_t stream) {
 
 int main(int argc, char** argv) {
   using namespace gather_linear::bench;
+  using gather_linear::DType;
   const std::string which = argc > 1 ? argv[1] : "all";
   // Parsed before any sweep runs, so that a malformed shape fails at once.
   std::optional<Shape> only;
+  DType only_dtype = DType::bfloat16;
   if (argc > 2) {
     Shape s{};
     char dtype[8] = "bf16";
@@ -778,8 +778,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kernel_variants: expected the shape as R,B,H,K[,bf16|f16|tf32], got '%s'\n", argv[2]);
       return 2;
     }
-    using gather_linear::DType;
-    single_shape_dtype = tag == "tf32" ? DType::float32 : tag == "f16" ? DType::float16 : DType::bfloat16;
+    only_dtype = tag == "tf32" ? DType::float32 : tag == "f16" ? DType::float16 : DType::bfloat16;
     only = s;
   }
   cudaStream_t stream;
@@ -799,8 +798,8 @@ int main(int argc, char** argv) {
   if (which == "stream" || which == "all") stream_sweep(stream, only);
   if (which == "stream_rows" || which == "all") stream_rows_sweep(stream, only);
   if (which == "stream_blocks" || which == "all") stream_blocks_sweep(stream, only);
-  if (which == "gett" || which == "all") gett_sweep(stream, false, only);
-  if (which == "gett_large") gett_sweep(stream, true, only);
+  if (which == "gett" || which == "all") gett_sweep(stream, false, only, only_dtype);
+  if (which == "gett_large") gett_sweep(stream, true, only, only_dtype);
   if (which == "gett_weight_rows" || which == "all") gett_weight_rows_sweep(stream, only);
   return 0;
 }
