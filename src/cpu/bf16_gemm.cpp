@@ -500,10 +500,16 @@ void interleave_runs_12(const BFloat16* low, const BFloat16* high, int rows, std
 
 // float16 values v[i] (i < n, unit stride) split into bfloat16 hi[i] = v rounded to nearest even
 // and lo[i] = v - hi[i], which is exact: v's 11 significant bits are hi's 8 and at most 4 more.
-// False where some v is infinite or NaN (nothing is promised of hi and lo then). 32 values a step: VCVTNE2PS2BF16 rounds two vectors of them to bfloat16 in one
-// instruction (and packs lo's, exact), where rounding by integer steps and narrowing each vector
-// with a masked VPMOVDW store had made the split a quarter of the time at (12, 256, 128, 2048).
+// False where some v is infinite or NaN (nothing is promised of hi and lo then). 32 values a
+// step: VCVTNE2PS2BF16 rounds two vectors of them to bfloat16 in one instruction (and packs lo's,
+// exact), where rounding by integer steps and narrowing each vector with a masked VPMOVDW store
+// had made the split a quarter of the time at (12, 256, 128, 2048).
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+// 16 bfloat16 values widened to float32 (exactly: their bits become the high halves).
+inline __m512 widen_bfloat16s(__m256i bfloat16s) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bfloat16s), 16));
+}
+
 bool split_half_row(const Half* v, std::int64_t n, BFloat16* hi, BFloat16* lo) {
   __mmask32 special = 0;
   const __m512i exponent = _mm512_set1_epi16(0x7c00);
@@ -516,10 +522,8 @@ bool split_half_row(const Half* v, std::int64_t n, BFloat16* hi, BFloat16* lo) {
     const __m512 v1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(halves, 1));
     const __m512bh high = _mm512_cvtne2ps_pbh(v1, v0);
     const __m512i high_bits = reinterpret_cast<__m512i>(high);
-    const auto widen = [](__m256i bfloat16s) {
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bfloat16s), 16));
-    };
-    const __m512 h0 = widen(_mm512_castsi512_si256(high_bits)), h1 = widen(_mm512_extracti64x4_epi64(high_bits, 1));
+    const __m512 h0 = widen_bfloat16s(_mm512_castsi512_si256(high_bits));
+    const __m512 h1 = widen_bfloat16s(_mm512_extracti64x4_epi64(high_bits, 1));
     const __m512bh low = _mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0));
     _mm512_mask_storeu_epi16(hi + i, mask, high_bits);
     _mm512_mask_storeu_epi16(lo + i, mask, reinterpret_cast<__m512i>(low));
@@ -1061,10 +1065,11 @@ void run_amx_split(const Problem& p) {
   // third, three times over, had been a third of the time at (12, 256, 128, 2048)); past 3 RH,
   // zeros.
   const auto split_row = [&](const int (&parts)[3], std::int64_t c0, std::int64_t n, BFloat16* out, auto split_run) {
+    std::int64_t begin[3], end[3];      // each third's share of [c0, c0 + n), in A' or W' indices
     std::int64_t first = RH, last = 0;  // the original indices needed
     for (int s = 0; s < 3; ++s) {
-      const std::int64_t begin = std::max(c0, s * RH), end = std::min(c0 + n, (s + 1) * RH);
-      if (begin < end) first = std::min(first, begin - s * RH), last = std::max(last, end - s * RH);
+      begin[s] = std::max(c0, s * RH), end[s] = std::min(c0 + n, (s + 1) * RH);
+      if (begin[s] < end[s]) first = std::min(first, begin[s] - s * RH), last = std::max(last, end[s] - s * RH);
     }
     if (first < last) {
       thread_local Scratch parts_scratch;
@@ -1072,12 +1077,10 @@ void run_amx_split(const Problem& p) {
       auto* hi = static_cast<BFloat16*>(parts_scratch.bytes(count * 2 * sizeof(BFloat16)));
       BFloat16* lo = hi + count;
       if (!split_run(first, static_cast<std::int64_t>(count), hi, lo)) special.store(true, std::memory_order_relaxed);
-      for (int s = 0; s < 3; ++s) {
-        const std::int64_t begin = std::max(c0, s * RH), end = std::min(c0 + n, (s + 1) * RH);
-        if (begin < end)
-          std::memcpy(out + (begin - c0), (parts[s] == 0 ? hi : lo) + (begin - s * RH - first),
-                      static_cast<std::size_t>(end - begin) * sizeof(BFloat16));
-      }
+      for (int s = 0; s < 3; ++s)
+        if (begin[s] < end[s])
+          std::memcpy(out + (begin[s] - c0), (parts[s] == 0 ? hi : lo) + (begin[s] - s * RH - first),
+                      static_cast<std::size_t>(end[s] - begin[s]) * sizeof(BFloat16));
     }
     if (c0 + n > split) {
       const std::int64_t from = std::max(split, c0);
