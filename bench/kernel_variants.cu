@@ -519,32 +519,41 @@ void compare_decode_modes(const Shape& s, cudaStream_t stream, const AddCandidat
   }
 }
 
-// The weight-streaming kernel with 17 to 32 rows (four n8 groups per warp) over weights of 2 to
-// 256 MB: two or four steps in flight, the next kernel launched early or late; bfloat16, exact
-// float32 and TF32, against cuBLASLt GEMM-only on the pre-concatenated input, the unfused
-// baseline and the latency kernel in the same precision.
+// The weight-streaming kernel with 17 to 32 rows over weights of 2 to 256 MB: four n8 groups per
+// warp (two or four steps in flight, the next kernel launched early or late) and, for up to 24
+// rows, three (two or four steps); bfloat16, exact float32 and TF32, against cuBLASLt GEMM-only on
+// the pre-concatenated input, the unfused baseline, the latency kernel and the GETT as dispatched
+// in the same precision.
 void stream_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
-  std::vector<Shape> shapes = {{12, 32, 64, 768},  {8, 32, 128, 1024},  {4, 32, 128, 2048},  {8, 24, 128, 2048},
-                               {26, 32, 128, 512}, {16, 20, 128, 2048}, {16, 32, 128, 2048}, {32, 24, 128, 4096},
-                               {32, 32, 128, 4096}, {8, 32, 512, 4096}, {48, 32, 128, 6144}, {64, 32, 128, 8192}};
+  std::vector<Shape> shapes = {{12, 32, 64, 768},   {8, 32, 128, 1024},  {4, 32, 128, 2048},  {8, 24, 128, 2048},
+                               {26, 32, 128, 512},  {16, 20, 128, 2048}, {16, 32, 128, 2048}, {32, 17, 128, 4096},
+                               {32, 20, 128, 4096}, {32, 24, 128, 4096}, {32, 32, 128, 4096}, {16, 24, 128, 4096},
+                               {48, 24, 128, 4096}, {24, 24, 128, 3072}, {8, 32, 512, 4096},  {48, 32, 128, 6144},
+                               {48, 24, 128, 6144}, {64, 24, 128, 8192}, {64, 32, 128, 8192}};
   if (only) shapes = {*only};
   using cuda::DependentLaunch;
   using cuda::mma::Mode;
   const cuda::WeightStreamTuning early{0, true, DependentLaunch::early}, late{0, true, DependentLaunch::late};
+  const auto add_modes = [&]<Mode M>(std::vector<Candidate>& candidates, const Problem& p, const std::string& mode) {
+    const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
+    add("stream_ng4_u2_" + mode, stream_variant<4, 2, M>(early));
+    add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, M>(late));
+    if (p.B <= 24) {
+      add("stream_ng3_u2_" + mode, stream_variant<3, 2, M>(early));
+      add("stream_ng3_u4_" + mode, stream_variant<3, 4, M>(early));
+    }
+  };
   for (const Shape& s : shapes)
-    compare_decode_modes(s, stream, [&](std::vector<Candidate>& candidates, const Problem&, Fp32Precision,
+    compare_decode_modes(s, stream, [&](std::vector<Candidate>& candidates, const Problem& p, Fp32Precision,
                                         const std::string& mode) {
-      const auto add = [&](const std::string& name, Run run) { candidates.push_back({name, std::move(run), true}); };
-      if (mode == "bf16") {
-        add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::bf16>(early));
-        add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::bf16>(late));
-      } else if (mode == "tf32") {
-        add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::tf32>(early));
-        add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::tf32>(late));
-      } else {
-        add("stream_ng4_u2_" + mode, stream_variant<4, 2, Mode::tf32x3>(early));
-        add("stream_ng4_u4_late_" + mode, stream_variant<4, 4, Mode::tf32x3>(late));
-      }
+      if (mode != "f32" && cuda::gett_why_not(p, mode == "tf32" ? Fp32Precision::tf32 : Fp32Precision::ieee).empty())
+        add_gett_choice(candidates, p);
+      if (mode == "bf16")
+        add_modes.operator()<Mode::bf16>(candidates, p, mode);
+      else if (mode == "tf32")
+        add_modes.operator()<Mode::tf32>(candidates, p, mode);
+      else
+        add_modes.operator()<Mode::tf32x3>(candidates, p, mode);
     });
 }
 

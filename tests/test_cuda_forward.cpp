@@ -866,9 +866,9 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
   };
   constexpr Fp32Precision tf32 = Fp32Precision::tf32;
   const Expected cases[] = {
-      {{{32, 24, 128, 4096}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x32"},
+      {{{32, 28, 128, 4096}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x32"},
       {{{32, 32, 128, 4096}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32"},
-      {{{24, 17, 128, 2600}, DType::bfloat16, Layout::contiguous, false}, "bf16_weight_rows_pingpong_64x32"},
+      {{{24, 17, 128, 8200}, DType::bfloat16, Layout::contiguous, false}, "bf16_weight_rows_pingpong_64x32"},
       {{{32, 48, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x64"},
       {{{20, 37, 128, 3000}, DType::float16, Layout::head_major, true}, "f16_weight_rows_pingpong_64x64"},
       {{{16, 64, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x32"},
@@ -878,6 +878,8 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
       {{{16, 32, 128, 2048}, DType::float32, Layout::head_major, false}, "tf32_weight_rows_pingpong_64x32", tf32},
       {{{16, 32, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 8 MB: weight-streaming
       {{{32, 16, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 16 rows: weight-streaming
+      {{{32, 24, 128, 4096}, DType::bfloat16, Layout::head_major, true}, nullptr},   // 24 rows: weight-streaming
+      {{{24, 17, 128, 2600}, DType::bfloat16, Layout::contiguous, false}, nullptr},  // 17 rows: weight-streaming
       {{{32, 65, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 65 rows
       // Fewer than 32 weight tiles: the reduction split.
       {{{64, 48, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_split_pingpong_64x64"},
@@ -928,12 +930,13 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
 }
 
 // The weight-streaming kernel run directly with every division of the reduction between warps:
-// each row count's configuration (1-8, 9-16 and 17-32 rows, whole and partial row groups),
+// each row count's configuration (1-8, 9-16, 17-24 and 25-32 rows, whole and partial row groups),
 // reductions that end inside a 32-element step (R*H = 952, 1000, 360) or inside a warp's share,
 // outputs that end inside a 16-output tile, long reductions, and a problem of 16 rows in two.
 const Shape kWeightStreamShapes[] = {{16, 1, 128, 40}, {7, 9, 136, 33},   {3, 16, 264, 70}, {33, 13, 64, 129},
                                      {5, 16, 200, 17}, {64, 2, 128, 300}, {1, 8, 8, 1},     {4, 12, 32, 56},
-                                     {5, 21, 72, 70},  {3, 32, 64, 33},   {7, 27, 136, 129}, {2, 32, 256, 17}};
+                                     {5, 21, 72, 70},  {3, 32, 64, 33},   {7, 27, 136, 129}, {2, 32, 256, 17},
+                                     {9, 24, 40, 65}};
 // Warps per block, and blocks per tile as one cluster (0: the launch's rule, which splits these
 // shapes' few tiles between up to 8 blocks).
 const cuda::WeightStreamTuning kWeightStreamTunings[] = {
@@ -1009,14 +1012,15 @@ TEST_F(CudaTest, WeightStreamDeterministic) {
 }
 
 // The dispatcher sends problems of up to 32 rows to the weight-streaming kernel (where it can
-// read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows,
-// 8 MB with 17 to 32; where the weight has fewer 64-row tiles than about a quarter of the SMs,
-// 16 MB, and 20 MB with up to 28 rows where K/16 is 0.9 of the SMs or more); float32 from 2 MB,
-// up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to 36 MB and exact where the latency kernel
-// declines, with 17 to 32 rows TF32 up to 8 MB and exact at any size; nothing else, and nothing
-// the GETT takes with its reduction split (17 rows or more from 8 MB where the weight has 8 to 31
-// tiles). Each choice is accurate. Only the rules on the weight's tiles count SMs: their cases
-// expect the H200's 132.
+// read them in 16-byte chunks): 16-bit against 1 to 72 MB of weight (64 MB with 9 to 16 rows;
+// with 17 to 24 72 MB where K/16 is at most three per SM and the weight has 64-row tiles enough,
+// else 8 MB with 17 to 32; where the weight has fewer 64-row tiles than about a quarter of the
+// SMs, 16 MB, and 20 MB with up to 28 rows where K/16 is 0.9 of the SMs or more); float32 from
+// 2 MB, up to 8 rows to 144 MB, with 9 to 16 rows TF32 up to 36 MB and exact where the latency
+// kernel declines, with 17 to 32 rows TF32 up to 8 MB (16 MB with up to 24) and exact at any
+// size; nothing else, and nothing the GETT takes with its reduction split (17 rows or more from
+// 8 MB where the weight has 8 to 31 tiles). Each choice is accurate. Only the rules on tile
+// counts count SMs: their cases expect the H200's and the H100's 132.
 TEST_F(CudaTest, WeightStreamChoices) {
   struct Expected {
     Case c;
@@ -1034,20 +1038,25 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{48, 4, 128, 6144}, DType::bfloat16, Layout::contiguous, true}, true},   // 72 MB
       {{{48, 16, 128, 6144}, DType::float16, Layout::contiguous, true}, false},  // 72 MB, 16 rows
       {{{16, 17, 128, 2048}, DType::bfloat16, Layout::head_major, true}, true},  // 8 MB, 17 rows
-      {{{16, 17, 128, 4096}, DType::bfloat16, Layout::head_major, true}, false}, // 16 MB, 17 rows
+      {{{16, 17, 128, 4096}, DType::bfloat16, Layout::head_major, true}, true, {}, true},  // 16 MB, 17 rows
+      {{{48, 24, 128, 6144}, DType::float16, Layout::contiguous, true}, true, {}, true},   // 72 MB, 384 tiles
+      {{{64, 24, 128, 6144}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 96 MB
+      {{{32, 24, 128, 8192}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 512 tiles
+      {{{32, 25, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 25 rows, 32 MB
       {{{16, 24, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, true, {}, true},  // 4 MB, 16 weight tiles
       {{{64, 24, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 16 MB: GETT, split
       {{{32, 32, 128, 1536}, DType::float16, Layout::head_major, false}, false, {}, true}, // 12 MB: GETT, split
-      {{{16, 17, 128, 2112}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 8.3 MB, 33 weight tiles
+      {{{16, 17, 128, 2112}, DType::bfloat16, Layout::contiguous, true}, true, {}, true},  // 8.3 MB, 33 weight tiles
       {{{64, 24, 128, 1088}, DType::bfloat16, Layout::contiguous, true}, false},           // 17 MB
       {{{52, 24, 128, 1536}, DType::float16, Layout::head_major, true}, false, {}, true},  // 19.5 MB, 24 tiles
       {{{40, 28, 128, 1920}, DType::bfloat16, Layout::head_major, true}, false, {}, true}, // 18.75 MB: GETT, split
       {{{32, 24, 128, 2048}, DType::bfloat16, Layout::head_major, true}, true, {}, true},  // 16 MB, 32 tiles
       {{{40, 28, 128, 2048}, DType::float16, Layout::contiguous, false}, true, {}, true},  // 20 MB, 28 rows
-      {{{44, 20, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 22 MB
+      {{{44, 20, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, true, {}, true},  // 22 MB, 32 tiles
       {{{32, 32, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 32 rows, 32 tiles
-      {{{20, 24, 128, 2112}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 10 MB, 33 tiles
-      {{{16, 24, 128, 4096}, DType::float16, Layout::contiguous, true}, false},            // 16 MB, 64 tiles
+      {{{20, 24, 128, 2112}, DType::bfloat16, Layout::contiguous, true}, true, {}, true},  // 10 MB, 33 tiles
+      {{{20, 25, 128, 2112}, DType::bfloat16, Layout::contiguous, true}, false, {}, true}, // 25 rows
+      {{{16, 24, 128, 4096}, DType::float16, Layout::contiguous, true}, true, {}, true},   // 16 MB, 64 tiles
       {{{26, 32, 128, 512}, DType::float16, Layout::contiguous, true}, true},    // 3.2 MB, 32 rows
       {{{64, 1, 128, 8192}, DType::bfloat16, Layout::contiguous, true}, false},  // 128 MB
       {{{4, 12, 32, 56}, DType::bfloat16, Layout::contiguous, true}, false},     // 14 KB: latency kernel
@@ -1070,6 +1079,8 @@ TEST_F(CudaTest, WeightStreamChoices) {
       {{{6, 32, 64, 1024}, DType::float32, Layout::contiguous, true}, false},          // 1.5 MB
       {{{16, 33, 128, 2048}, DType::float32, Layout::contiguous, true}, false},        // 33 rows
       {{{16, 32, 128, 2048}, DType::float32, Layout::contiguous, true}, false, tf32},  // TF32, 16 MB
+      {{{16, 24, 128, 2048}, DType::float32, Layout::contiguous, true}, true, tf32, true}, // 24 rows
+      {{{16, 24, 128, 4096}, DType::float32, Layout::contiguous, true}, false, tf32},  // TF32, 32 MB
       {{{8, 32, 128, 1024}, DType::float32, Layout::head_major, true}, true, tf32},    // TF32, 4 MB
       {{{64, 32, 128, 256}, DType::float32, Layout::head_major, true}, true, tf32},    // TF32, 8 MB, split
       {{{32, 32, 128, 512}, DType::float32, Layout::head_major, true}, false, tf32},   // TF32, 8 MB: GETT, split

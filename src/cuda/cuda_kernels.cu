@@ -72,8 +72,9 @@ constexpr std::int64_t kFloat64LatencyMaxOutputs = 32768;
 constexpr std::int64_t kFloat64FallbackLatencyMaxOutputs = 262144;
 
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): problems of up to 16 rows
-// against a weight of 1 to 64-72 MB (16-bit; to 8 MB with 17 to 32 rows, to 16-20 MB where the
-// weight has few rows; float32 by its own rule) go to the weight-streaming kernel; the latency
+// against a weight of 1 to 64-72 MB (16-bit; to 72 MB with 17 to 24 rows while its blocks fit one
+// round, else to 8 MB with 17 to 32 rows, to 16-20 MB where the weight has few rows; float32 by its
+// own rule) go to the weight-streaming kernel; the latency
 // kernel wins while the work is small; exact float32 beyond about a million outputs goes to the
 // 3xTF32 tensor-core kernel; 16-bit problems beyond the latency kernel's reach and TF32 ones that
 // fill the GPU go to the Hopper GETT where it wins (gett::outruns_unfused); elsewhere, and
@@ -112,6 +113,12 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // tiles 1.02-1.50x), 0.92-0.96x unfused's with 30-31; with fewer tiles 0.97-1.15x unfused's
   // from 16 MB. bench/results/: weight_stream_variants_h200.csv, weight_stream_pdl_h200.csv,
   // weight_stream_rows_h200.csv, gett_weight_rows_tiles_h200.csv, weight_stream_rows_20mb_h200.csv.
+  // With 17 to 24 rows (three n8 groups a warp) to 72 MB while its tiles fit one round of blocks
+  // (three of 8 warps an SM; K up to 6,144 on 132 SMs) and the weight has tiles enough for the
+  // GETT: 0.63-0.97x unfused's time and 0.69-1.00x the GETT's on an H200 (9 shapes), 0.76-0.95x and
+  // 0.80-0.94x on an H100 (15), where the GETT had lost to unfused around 32 MB. Beyond: 80-128 MB
+  // at K = 4,096-6,144 0.90-0.98x unfused's time on the H100 (not measured on the H200); at K =
+  // 8,192 (blocks in two rounds) 1.08-1.37x on both (weight_stream_three_groups_*_session53.csv).
   // Where the GETT splits its reduction (17 rows or more against 8 MB or more where its tiles are
   // too few; gett::takes_split_reduction), that wins instead: 0.46-0.99x this kernel's time
   // (bench/results/gett_split_reduction_h200.csv).
@@ -121,9 +128,13 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   const bool streamable = p.B <= kWeightStreamMaxRows && weight_bytes >= MiB && !gett_splits &&
                           weight_stream_why_not(p).empty();
   const double stream_tiles = static_cast<double>((p.K + kWeightStreamTileOutputs - 1) / kWeightStreamTileOutputs);
-  const bool one_full_round =
-      stream_tiles >= 0.9 * multiprocessor_count(p.device.index) && gett::weight_tiles_per_sm(p) < 0.25;
-  const double many_rows_limit = p.B <= 28 && one_full_round ? 20 : gett::too_few_weight_tiles(p) ? 16 : 8;
+  const double sms = multiprocessor_count(p.device.index);
+  const bool one_full_round = stream_tiles >= 0.9 * sms && gett::weight_tiles_per_sm(p) < 0.25;
+  const bool three_groups_fit = p.B <= 24 && stream_tiles <= 3 * sms && !gett::too_few_weight_tiles(p);
+  const double many_rows_limit = three_groups_fit                ? 72
+                                 : p.B <= 28 && one_full_round   ? 20
+                                 : gett::too_few_weight_tiles(p) ? 16
+                                                                 : 8;
   const double sixteen_bit_limit = (p.B <= 8 ? 72 : p.B <= 16 ? 64 : many_rows_limit) * MiB;
   if (streamable && sixteen_bit && weight_bytes <= sixteen_bit_limit) return kKernels[kWeightStream];
   // float32 (exact as 3xTF32, or TF32), measured against the better of the latency kernel and
@@ -133,16 +144,18 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
   // where the latency kernel declines; TF32 0.84-0.97x up to 36 MB, but 1.13x at 144 MB. With 17
   // to 32 rows (bench/results/weight_stream_rows_h200.csv): exact at 2-256 MB, 0.51-0.88x
   // unfused's time, and 0.77x the latency kernel's where that takes the problem; TF32 up to 8 MB,
-  // 0.62-0.82x (from 16 MB 1.02-1.49x). With 512 outputs these lost (1.14-1.63x) until the
-  // kernel split short-K tiles between blocks; the cases the output counts had excluded now take
-  // 0.55-0.97x the time of the better of unfused and the latency kernel
+  // 0.62-0.82x (from 16 MB 1.02-1.49x); with 17 to 24 rows (three n8 groups) up to 16 MB,
+  // 0.65-0.78x unfused's time and 0.87-0.95x the GETT's on an H200 and an H100 (from 32 MB
+  // 0.86-1.54x unfused's; weight_stream_three_groups_*_session53.csv). With 512 outputs these lost
+  // (1.14-1.63x) until the kernel split short-K tiles between blocks; the cases the output counts
+  // had excluded now take 0.55-0.97x the time of the better of unfused and the latency kernel
   // (bench/results/weight_stream_blocks_h200.csv).
   const bool latency_takes = macs <= latency_limit && latency_outputs && latency_kernel_why_not(p).empty();
   const bool float32_streams = p.B <= 8    ? weight_bytes <= 144 * MiB
                                : p.B <= 16 ? weight_bytes <= 144 * MiB &&
                                                  ((tf32 && weight_bytes <= 36 * MiB) ||
                                                   (exact_float32 && !latency_takes))
-                               : exact_float32 || weight_bytes <= 8 * MiB;
+                               : exact_float32 || weight_bytes <= (p.B <= 24 ? 16 : 8) * MiB;
   if (streamable && p.dtype == DType::float32 && weight_bytes >= 2 * MiB && float32_streams)
     return kKernels[kWeightStream];
   if (latency_takes) return kKernels[kLatency];
