@@ -835,13 +835,7 @@ TEST_F(CudaTest, GettLargeTf32TilesFollowMemoryBandwidth) {
       {{4, 16384, 64, 8192}, DType::bfloat16, "bf16_pingpong_128x128_c2x1_epi64x128"},
   };
   for (const Expected& e : cases) {
-    Problem p;
-    p.R = e.shape.R, p.B = e.shape.B, p.H = e.shape.H, p.K = e.shape.K, p.RH = e.shape.R * e.shape.H;
-    p.dtype = e.dtype;
-    p.device = Device::cuda(0);
-    p.x_stride_r = p.B * p.H, p.x_stride_b = p.H, p.x_stride_h = 1;
-    p.weight_stride_k = p.RH;
-    p.y_stride_b = p.K;
+    const Problem p = problem_without_operands(e.shape, e.dtype, Device::cuda(0));
     EXPECT_EQ(cuda::gett::choose(p).variant->name, std::string(e.configuration))
         << Case{e.shape, e.dtype, Layout::contiguous, true} << ", peak memory bandwidth " << bandwidth / 1e12
         << " TB/s";

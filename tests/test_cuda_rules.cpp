@@ -9,6 +9,7 @@
 #include "core/problem.hpp"
 #include "cuda/cublaslt_library.hpp"
 #include "cuda/gett_kernel.hpp"
+#include "test_support.hpp"
 
 namespace gather_linear {
 namespace {
@@ -53,13 +54,8 @@ TEST(CudaRules, Float64DispatchByReductionAndOutputs) {
       {32, 16, 128, 4096, 0, "cuda_latency"},      {8, 512, 128, 512, 0, "cuda_latency"},
       {8, 513, 128, 512, 0, "cuda_simt_tiled"},    {8, 1024, 128, 1024, 0, "cuda_simt_tiled"}};
   for (const auto& e : expected) {
-    Problem p;
-    p.R = e.R, p.B = e.B, p.H = e.H, p.K = e.K, p.RH = e.R * e.H;
-    p.dtype = DType::float64;
-    p.device = Device::cuda(0);
-    p.x_stride_r = e.B * e.H, p.x_stride_b = e.H, p.x_stride_h = 1;
-    p.weight_stride_k = e.weight_stride_k < 0 ? p.RH : e.weight_stride_k;
-    p.y_stride_b = e.K;
+    const Problem p =
+        testing::problem_without_operands({e.R, e.B, e.H, e.K}, DType::float64, Device::cuda(0), e.weight_stride_k);
     EXPECT_EQ(std::string(cuda::choose_kernel(p, Options{}).info.name), e.chosen)
         << "R=" << e.R << " B=" << e.B << " H=" << e.H << " K=" << e.K << " weight_stride_k=" << p.weight_stride_k;
   }

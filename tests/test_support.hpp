@@ -160,6 +160,20 @@ struct Case {
   bool bias;
 };
 
+// A problem's sizes and contiguous strides with no operands behind them, for the dispatch rules,
+// which read only those (and so need no memory for large shapes). The weight's rows lie
+// `weight_stride_k` apart, or R*H where that is negative.
+inline Problem problem_without_operands(const Shape& s, DType dtype, Device device, std::int64_t weight_stride_k = -1) {
+  Problem p;
+  p.R = s.R, p.B = s.B, p.H = s.H, p.K = s.K, p.RH = s.R * s.H;
+  p.dtype = dtype;
+  p.device = device;
+  p.x_stride_r = s.B * s.H, p.x_stride_b = s.H, p.x_stride_h = 1;
+  p.weight_stride_k = weight_stride_k < 0 ? p.RH : weight_stride_k;
+  p.y_stride_b = s.K;
+  return p;
+}
+
 inline std::ostream& operator<<(std::ostream& os, const Case& c) {
   return os << "R=" << c.shape.R << " B=" << c.shape.B << " H=" << c.shape.H << " K=" << c.shape.K
             << " dtype=" << dtype_name(c.dtype) << " layout=" << layout_name(c.layout)
