@@ -671,9 +671,10 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
 }
 
 // The GETT configurations with the weight's rows as M on decode-sized problems of 16 to 128 rows,
-// bfloat16 and TF32 (float16 spot checks), against cuBLASLt GEMM-only, unfused, the
-// weight-streaming kernel as dispatched and the GETT family's own choice of configuration
-// (gett::choose; the dispatcher may still prefer another kernel).
+// the library's and any such candidates built in (GATHER_LINEAR_BENCH_GETT_CANDIDATES), bfloat16
+// and TF32 (float16 spot checks), against cuBLASLt GEMM-only, unfused, the weight-streaming kernel
+// as dispatched and the GETT family's own choice of configuration (gett::choose; the dispatcher
+// may still prefer another kernel).
 void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
   namespace gett = cuda::gett;
   std::vector<Shape> shapes = {{32, 16, 128, 4096}, {32, 20, 128, 4096}, {32, 24, 128, 4096}, {32, 32, 128, 4096},
@@ -687,10 +688,14 @@ void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& onl
   // The partial sums of configurations that split the reduction: up to 16 parts of 64 x 8192.
   Workspace scratch{nullptr, std::size_t{64} << 20};
   check(cudaMalloc(&scratch.data, scratch.bytes), "cudaMalloc");
+  // The library's configurations with the weight's rows as M, then any such candidates built in.
+  std::vector<const gett::Variant*> variants = gett::library_variants();
+  for (const gett::Variant& candidate : gett_candidates())
+    if (candidate.weight_rows_as_m) variants.push_back(&candidate);
   const auto add_configurations = [&](std::vector<Candidate>& candidates, const Problem& p, Fp32Precision,
                                       const std::string&) {
     add_gett_choice(candidates, p);
-    for (const gett::Variant* v : gett::library_variants()) {
+    for (const gett::Variant* v : variants) {
       if (v->dtype != p.dtype || !v->weight_rows_as_m || !v->why_not(p).empty()) continue;
       if (!v->splits_reduction) {
         candidates.push_back({std::string("gett_") + v->name, gett_run(*v, {}), true});
