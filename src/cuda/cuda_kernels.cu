@@ -74,8 +74,8 @@ constexpr std::int64_t kFloat64FallbackLatencyMaxOutputs = 262144;
 // Measured on an H200 (bench/kernel_variants.cu, docs/PERFORMANCE.md): problems of up to 16 rows
 // against a weight of 1 to 64-72 MB (16-bit; to 72 MB with 17 to 24 rows while its blocks fit one
 // round, else to 8 MB with 17 to 32 rows, to 16-20 MB where the weight has few rows; float32 by its
-// own rule) go to the weight-streaming kernel; the latency
-// kernel wins while the work is small; exact float32 beyond about a million outputs goes to the
+// own rule) go to the weight-streaming kernel; the latency kernel wins while the work is small;
+// exact float32 beyond about a million outputs goes to the
 // 3xTF32 tensor-core kernel; 16-bit problems beyond the latency kernel's reach and TF32 ones that
 // fill the GPU go to the Hopper GETT where it wins (gett::outruns_unfused); elsewhere, and
 // wherever cuBLAS outruns the fused kernels, the unfused baseline runs: never lose to it.
@@ -129,12 +129,13 @@ const KernelEntry& choose_kernel(const Problem& p, const Options& options) {
                           weight_stream_why_not(p).empty();
   const double stream_tiles = static_cast<double>((p.K + kWeightStreamTileOutputs - 1) / kWeightStreamTileOutputs);
   const double sms = multiprocessor_count(p.device.index);
+  const bool few_weight_tiles = gett::too_few_weight_tiles(p);
   const bool one_full_round = stream_tiles >= 0.9 * sms && gett::weight_tiles_per_sm(p) < 0.25;
-  const bool three_groups_fit = p.B <= 24 && stream_tiles <= 3 * sms && !gett::too_few_weight_tiles(p);
-  const double many_rows_limit = three_groups_fit                ? 72
-                                 : p.B <= 28 && one_full_round   ? 20
-                                 : gett::too_few_weight_tiles(p) ? 16
-                                                                 : 8;
+  const bool three_groups_fit = p.B <= 24 && stream_tiles <= 3 * sms && !few_weight_tiles;
+  const double many_rows_limit = three_groups_fit              ? 72
+                                 : p.B <= 28 && one_full_round ? 20
+                                 : few_weight_tiles            ? 16
+                                                               : 8;
   const double sixteen_bit_limit = (p.B <= 8 ? 72 : p.B <= 16 ? 64 : many_rows_limit) * MiB;
   if (streamable && sixteen_bit && weight_bytes <= sixteen_bit_limit) return kKernels[kWeightStream];
   // float32 (exact as 3xTF32, or TF32), measured against the better of the latency kernel and
