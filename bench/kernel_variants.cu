@@ -20,6 +20,8 @@
 //   kernel_variants [latency|gemm|gemm_exact|stream|stream_rows|stream_blocks|gett|gett_large|gett_weight_rows|all]
 //                                                        > variants.csv
 //   kernel_variants gett_large R,B,H,K[,bf16|f16|tf32]  > variants.csv   (that shape only, by default bfloat16)
+//   kernel_variants gett_weight_rows R,B,H,K[,bf16|f16|tf32]              (that shape; without a dtype,
+//                                                        bfloat16 and TF32, and float16 at K = 4096)
 //   kernel_variants host                                 > host.csv
 //   kernel_variants latency_cold                         > cold.csv   (KernelBench's flush before each launch)
 #include <cuda_runtime.h>
@@ -675,7 +677,8 @@ void gett_sweep(cudaStream_t stream, bool targets_only, const std::optional<Shap
 // and TF32 (float16 spot checks), against cuBLASLt GEMM-only, unfused, the weight-streaming kernel
 // as dispatched and the GETT family's own choice of configuration (gett::choose; the dispatcher
 // may still prefer another kernel).
-void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only) {
+void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& only,
+                            std::optional<DType> named_dtype) {
   namespace gett = cuda::gett;
   std::vector<Shape> shapes = {{32, 16, 128, 4096}, {32, 20, 128, 4096}, {32, 24, 128, 4096}, {32, 32, 128, 4096},
                                {32, 40, 128, 4096}, {32, 48, 128, 4096}, {32, 64, 128, 4096}, {32, 128, 128, 4096},
@@ -718,7 +721,12 @@ void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& onl
     }
   };
   for (const Shape& s : shapes) {
-    if (s.K == 4096)
+    if (named_dtype)  // one shape in the dtype its argument names
+      compare_decode_modes(s, stream, add_configurations,
+                           {*named_dtype == DType::float16    ? kF16
+                            : *named_dtype == DType::bfloat16 ? kBf16
+                                                              : kTf32});
+    else if (s.K == 4096)
       compare_decode_modes(s, stream, add_configurations, {kBf16, kF16, kTf32});
     else
       compare_decode_modes(s, stream, add_configurations, {kBf16, kTf32});
@@ -782,6 +790,7 @@ int main(int argc, char** argv) {
   // Parsed before any sweep runs, so that a malformed shape fails at once.
   std::optional<Shape> only;
   DType only_dtype = DType::bfloat16;
+  std::optional<DType> named_dtype;  // only_dtype where the argument names it
   if (argc > 2) {
     Shape s{};
     char dtype[8] = "bf16";
@@ -794,6 +803,7 @@ int main(int argc, char** argv) {
     }
     only_dtype = tag == "tf32" ? DType::float32 : tag == "f16" ? DType::float16 : DType::bfloat16;
     only = s;
+    if (fields == 5) named_dtype = only_dtype;
   }
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -814,6 +824,6 @@ int main(int argc, char** argv) {
   if (which == "stream_blocks" || which == "all") stream_blocks_sweep(stream, only);
   if (which == "gett" || which == "all") gett_sweep(stream, false, only, only_dtype);
   if (which == "gett_large") gett_sweep(stream, true, only, only_dtype);
-  if (which == "gett_weight_rows" || which == "all") gett_weight_rows_sweep(stream, only);
+  if (which == "gett_weight_rows" || which == "all") gett_weight_rows_sweep(stream, only, named_dtype);
   return 0;
 }

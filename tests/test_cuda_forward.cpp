@@ -844,7 +844,8 @@ TEST_F(CudaTest, GettLargeTf32TilesFollowMemoryBandwidth) {
 
 // 17 to 64 rows (TF32: 32) against 8 to 128 MB of weight (TF32: 256 MB) that the weight-streaming
 // kernel leaves run on the GETT with the weight's rows as M: x's rows in one N tile of 32 or 64
-// (two of 32 where the weight has 33 or fewer 64-row tiles). Where it has fewer than 32 (and at
+// (two of 32 where the weight has 33 or fewer 64-row tiles); tiles of 32 in clusters of four along
+// M where the weight has up to 116 64-row tiles. Where it has fewer than 32 (and at
 // least 8), from 8 MB (16-bit with 33 to 64 rows: from 4 MB in 8 parts or more) to 64 MB (TF32:
 // 128 MB) the reduction is split (TF32 with 33 to 64 rows: to 128 MB in 8 parts or more, to 32 MB
 // in 4, to 16 MB in 2); with 65 to 128 rows, 16-bit from 4 to 16 MB in 4 parts or more, TF32 from
@@ -860,13 +861,16 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
   };
   constexpr Fp32Precision tf32 = Fp32Precision::tf32;
   const Expected cases[] = {
-      {{{32, 28, 128, 4096}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x32"},
-      {{{32, 32, 128, 4096}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32"},
+      {{{32, 28, 128, 4096}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x32_c4x1"},
+      {{{32, 32, 128, 4096}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32_c4x1"},
+      {{{24, 32, 128, 6144}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x32_c4x1"},
+      {{{28, 32, 128, 7424}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x32_c4x1"},
+      {{{24, 32, 128, 7488}, DType::float16, Layout::contiguous, false}, "f16_weight_rows_pingpong_64x32"},
       {{{24, 17, 128, 8200}, DType::bfloat16, Layout::contiguous, false}, "bf16_weight_rows_pingpong_64x32"},
       {{{32, 48, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x64"},
       {{{20, 37, 128, 3000}, DType::float16, Layout::head_major, true}, "f16_weight_rows_pingpong_64x64"},
-      {{{16, 64, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x32"},
-      {{{16, 48, 128, 2048}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32"},
+      {{{16, 64, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x32_c4x1"},
+      {{{16, 48, 128, 2048}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32_c4x1"},
       {{{16, 64, 128, 2560}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x64"},
       {{{32, 24, 128, 4096}, DType::float32, Layout::contiguous, true}, "tf32_weight_rows_pingpong_64x32", tf32},
       {{{16, 32, 128, 2048}, DType::float32, Layout::head_major, false}, "tf32_weight_rows_pingpong_64x32", tf32},

@@ -59,6 +59,7 @@ std::vector<const Variant*> library_variants() {
           &tf32_cooperative_128x128(),            &bf16_weight_rows_pingpong_64x32(),
           &f16_weight_rows_pingpong_64x32(),      &bf16_weight_rows_pingpong_64x64(),
           &f16_weight_rows_pingpong_64x64(),      &tf32_weight_rows_pingpong_64x32(),
+          &bf16_weight_rows_pingpong_64x32_c4x1(), &f16_weight_rows_pingpong_64x32_c4x1(),
           &bf16_weight_rows_split_pingpong_64x32(), &f16_weight_rows_split_pingpong_64x32(),
           &bf16_weight_rows_split_pingpong_64x64(), &f16_weight_rows_split_pingpong_64x64(),
           &tf32_weight_rows_split_pingpong_64x32()};
@@ -128,6 +129,15 @@ MidSizeTiles mid_size_tiles(const Problem& p) {
 // to 32 rows, 0.91-1.00x with 33 to 64; TF32 with up to 32 rows 0.79-1.00x (the tie at 144 MB).
 // TF32 with 40 to 64 rows lost against 32-128 MB (1.06-1.27x; 0.85x at 16 MB) and stays with
 // cuBLAS, as do 128 rows (1.01x) (bench/results/gett_weight_rows_h200.csv).
+// The 64x32 tiles in clusters of four along M, whose TMA multicasts x's tile to the four blocks,
+// while the clusters fit the GPU at once. On an H100 against unfused (bench/results/
+// gett_weight_rows_clusters_h100_session55*.csv), 32 to 116 tiles: up to 32 rows 0.77-0.97x its
+// time, unclustered 0.79-1.05x (clusters behind only at 93 and 97 tiles, 0.96-0.97x against
+// 0.95x); two N tiles of 32 (32 tiles, 48-64 rows) 0.85x, unclustered 0.91-0.93x. From 120 tiles
+// (30 clusters) 1.08-1.13x: the clusters no longer fit at once. Not measured on an H200 (same 132
+// SMs). (64x64 tiles in fours, 0.86-0.95x against 0.92-1.03x with 33 to 64 rows, are a bench
+// candidate until the GPU tests have run on them.)
+constexpr std::int64_t kMostClusteredWeightTiles = 116;
 const Variant* weight_rows_variant(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
@@ -138,8 +148,11 @@ const Variant* weight_rows_variant(const Problem& p) {
   // 33 to 64 rows in one N tile of 64, unless the weight's tiles are so few (a quarter of the SMs)
   // that two N tiles of 32, each reading the weight's tile, read it faster: (16, 48-64, 128, 2048)
   // 0.96-0.97x the time of 64x64; with 64 or 128 tiles of 64x64 they took 1.01-1.38x.
-  if (p.B <= 32 || weight_tiles_per_sm(p) <= 0.25)
+  if (p.B <= 32 || weight_tiles_per_sm(p) <= 0.25) {
+    if ((p.K + 63) / 64 <= kMostClusteredWeightTiles)
+      return f16 ? &f16_weight_rows_pingpong_64x32_c4x1() : &bf16_weight_rows_pingpong_64x32_c4x1();
     return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
+  }
   return f16 ? &f16_weight_rows_pingpong_64x64() : &bf16_weight_rows_pingpong_64x64();
 }
 

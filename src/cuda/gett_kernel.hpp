@@ -67,6 +67,8 @@ const Variant& f16_weight_rows_pingpong_64x32();
 const Variant& bf16_weight_rows_pingpong_64x64();
 const Variant& f16_weight_rows_pingpong_64x64();
 const Variant& tf32_weight_rows_pingpong_64x32();
+const Variant& bf16_weight_rows_pingpong_64x32_c4x1();
+const Variant& f16_weight_rows_pingpong_64x32_c4x1();
 
 const Variant& bf16_weight_rows_split_pingpong_64x32();
 const Variant& f16_weight_rows_split_pingpong_64x32();
