@@ -99,8 +99,13 @@ std::size_t partial_sums_bytes(const Problem& p, int splits) {
          sizeof(float);
 }
 
+namespace {
+// The weight's 64-row tiles: the M tiles of every configuration with the weight's rows as M.
+std::int64_t weight_tiles(const Problem& p) { return (p.K + 63) / 64; }
+}  // namespace
+
 double weight_tiles_per_sm(const Problem& p) {
-  return static_cast<double>((p.K + 63) / 64) / multiprocessor_count(p.device.index);
+  return static_cast<double>(weight_tiles(p)) / multiprocessor_count(p.device.index);
 }
 
 namespace {
@@ -149,7 +154,7 @@ const Variant* weight_rows_variant(const Problem& p) {
   // that two N tiles of 32, each reading the weight's tile, read it faster: (16, 48-64, 128, 2048)
   // 0.96-0.97x the time of 64x64; with 64 or 128 tiles of 64x64 they took 1.01-1.38x.
   if (p.B <= 32 || weight_tiles_per_sm(p) <= 0.25) {
-    if ((p.K + 63) / 64 <= kMostClusteredWeightTiles)
+    if (weight_tiles(p) <= kMostClusteredWeightTiles)
       return f16 ? &f16_weight_rows_pingpong_64x32_c4x1() : &bf16_weight_rows_pingpong_64x32_c4x1();
     return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
   }
@@ -173,7 +178,7 @@ const Variant* weight_rows_variant(const Problem& p) {
 // 0.97-1.32x); TF32 from 8 to 36 MB in 2 parts or more, 0.82-1.00x (at 64 MB 1.28x).
 const Variant* split_reduction_variant(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
-  if (p.B < 17 || p.B > 128 || (p.K + 63) / 64 < 8 || !too_few_weight_tiles(p) || p.H % (tf32 ? 32 : 64) != 0)
+  if (p.B < 17 || p.B > 128 || weight_tiles(p) < 8 || !too_few_weight_tiles(p) || p.H % (tf32 ? 32 : 64) != 0)
     return nullptr;
   const bool wide = p.B > 32;  // two N tiles of 32 or more for TF32, one of 64 or more for 16-bit
   const Variant& narrow_tiles = f16 ? f16_weight_rows_split_pingpong_64x32() : bf16_weight_rows_split_pingpong_64x32();
