@@ -139,9 +139,11 @@ MidSizeTiles mid_size_tiles(const Problem& p) {
 // gett_weight_rows_clusters_h100_session55*.csv), 32 to 116 tiles: up to 32 rows 0.77-0.97x its
 // time, unclustered 0.79-1.05x (clusters behind only at 93 and 97 tiles, 0.96-0.97x against
 // 0.95x); two N tiles of 32 (32 tiles, 48-64 rows) 0.85x, unclustered 0.91-0.93x. From 120 tiles
-// (30 clusters) 1.08-1.13x: the clusters no longer fit at once. Not measured on an H200 (same 132
-// SMs). (64x64 tiles in fours, 0.86-0.95x against 0.92-1.03x with 33 to 64 rows, are a bench
-// candidate until the GPU tests have run on them.)
+// (30 clusters) 1.08-1.13x: CUTLASS's persistent scheduler, told only the SM count, launches the
+// clusters it guesses fit (get_max_cta_occupancy, assuming 18 SMs per GPC: 7 x 16 + 4 = 116
+// blocks, 29 clusters of four, on 132 SMs), so a 30th cluster's tiles wait for a second round.
+// Not measured on an H200 (same 132 SMs, same guess). (64x64 tiles in fours, 0.86-0.95x against
+// 0.92-1.03x with 33 to 64 rows, are a bench candidate until the GPU tests have run on them.)
 constexpr std::int64_t kMostClusteredWeightTiles = 116;
 const Variant* weight_rows_variant(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
