@@ -865,13 +865,15 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
       {{{32, 32, 128, 4096}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32_c4x1"},
       {{{24, 32, 128, 6144}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x32_c4x1"},
       {{{28, 32, 128, 7424}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x32_c4x1"},
-      {{{24, 32, 128, 7488}, DType::float16, Layout::contiguous, false}, "f16_weight_rows_pingpong_64x32"},
-      {{{24, 17, 128, 8200}, DType::bfloat16, Layout::contiguous, false}, "bf16_weight_rows_pingpong_64x32"},
-      {{{32, 48, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x64"},
-      {{{20, 37, 128, 3000}, DType::float16, Layout::head_major, true}, "f16_weight_rows_pingpong_64x64"},
+      // More clusters of four than 132 SMs hold at once (GettClusteredWeightRowsFitAtOnce finds the bound).
+      {{{24, 32, 128, 8704}, DType::float16, Layout::contiguous, false}, "f16_weight_rows_pingpong_64x32"},
+      {{{24, 17, 128, 8776}, DType::bfloat16, Layout::contiguous, false}, "bf16_weight_rows_pingpong_64x32"},
+      {{{28, 48, 128, 9216}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x64"},
+      {{{32, 48, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x64_c4x1"},
+      {{{20, 37, 128, 3000}, DType::float16, Layout::head_major, true}, "f16_weight_rows_pingpong_64x64_c4x1"},
       {{{16, 64, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x32_c4x1"},
       {{{16, 48, 128, 2048}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32_c4x1"},
-      {{{16, 64, 128, 2560}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x64"},
+      {{{16, 64, 128, 2560}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x64_c4x1"},
       {{{32, 24, 128, 4096}, DType::float32, Layout::contiguous, true}, "tf32_weight_rows_pingpong_64x32", tf32},
       {{{16, 32, 128, 2048}, DType::float32, Layout::head_major, false}, "tf32_weight_rows_pingpong_64x32", tf32},
       {{{16, 32, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 8 MB: weight-streaming
@@ -924,6 +926,48 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
       EXPECT_EQ(cuda::gett::choose(p).variant->name, std::string(e.configuration)) << e.c;
     }
     expect_accurate(e.c, automatic, cuda_error_of(e.c, automatic));
+  }
+}
+
+// Every clustered configuration has clusters that fit the device (cudaOccupancyMaxActiveClusters,
+// at most the SMs' share), and those with the weight's rows as M take a problem while its clusters
+// all fit at once: at that bound, and not one 64-row tile of the weight past it.
+TEST_F(CudaTest, GettClusteredWeightRowsFitAtOnce) {
+  if (!is_sm90()) GTEST_SKIP() << "GETT needs sm_90";
+  int sms = 0;
+  CUDA_ASSERT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const auto library = cuda::gett::library_variants();
+  for (const cuda::gett::Variant* v : library) {
+    if (v->cluster_size == 1) continue;
+    const int clusters = v->clusters_at_once(0);
+    EXPECT_GE(clusters, 1) << v->name;
+    EXPECT_LE(clusters * v->cluster_size, sms) << v->name;
+  }
+  struct Bound {
+    DType dtype;
+    std::int64_t rows;  // of x: one N tile of 32, then of 64
+    const char* clustered;
+    const char* alone;
+  };
+  const Bound bounds[] = {
+      {DType::bfloat16, 32, "bf16_weight_rows_pingpong_64x32_c4x1", "bf16_weight_rows_pingpong_64x32"},
+      {DType::float16, 48, "f16_weight_rows_pingpong_64x64_c4x1", "f16_weight_rows_pingpong_64x64"},
+  };
+  for (const Bound& b : bounds) {
+    const auto named = std::find_if(library.begin(), library.end(),
+                                    [&](const cuda::gett::Variant* v) { return v->name == std::string(b.clustered); });
+    ASSERT_NE(named, library.end()) << b.clustered;
+    const std::int64_t most_tiles = (*named)->cluster_size * (*named)->clusters_at_once(0);
+    for (const std::int64_t K : {most_tiles * 64, most_tiles * 64 + 8}) {
+      const Case c{{24, b.rows, 128, K}, b.dtype, Layout::contiguous, true};
+      Operands o = make_operands(c, 8);
+      DeviceOperands d(o);
+      const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
+      EXPECT_EQ(cuda::gett::choose(p).variant->name, std::string(K == most_tiles * 64 ? b.clustered : b.alone))
+          << c << " (" << most_tiles << " tiles at once)";
+      const Options gett = options_for(kGett);
+      expect_accurate(c, gett, cuda_error_of(c, gett));
+    }
   }
 }
 
@@ -1239,7 +1283,8 @@ TEST_F(CudaTest, RunsOnTheTensorsDeviceWhicheverIsCurrent) {
       {{{32, 1, 128, 512}, DType::bfloat16, Layout::contiguous, true}, kWeightStream},  // a cluster splits it
       {gett_sized, "auto", ieee, "bf16_cooperative_128x64"},
       {{{8, 1024, 128, 1024}, DType::float32, Layout::head_major, true}, kGett, tf32},
-      {{{32, 48, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, "auto", ieee, "bf16_weight_rows_pingpong_64x64"},
+      {{{32, 48, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, "auto", ieee,
+       "bf16_weight_rows_pingpong_64x64_c4x1"},
       {{{64, 48, 128, 1024}, DType::bfloat16, Layout::contiguous, true}, "auto", ieee,
        "bf16_weight_rows_split_pingpong_64x64"},
       {gett_sized, kBaseline},

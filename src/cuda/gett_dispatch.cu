@@ -60,6 +60,7 @@ std::vector<const Variant*> library_variants() {
           &f16_weight_rows_pingpong_64x32(),      &bf16_weight_rows_pingpong_64x64(),
           &f16_weight_rows_pingpong_64x64(),      &tf32_weight_rows_pingpong_64x32(),
           &bf16_weight_rows_pingpong_64x32_c4x1(), &f16_weight_rows_pingpong_64x32_c4x1(),
+          &bf16_weight_rows_pingpong_64x64_c4x1(), &f16_weight_rows_pingpong_64x64_c4x1(),
           &bf16_weight_rows_split_pingpong_64x32(), &f16_weight_rows_split_pingpong_64x32(),
           &bf16_weight_rows_split_pingpong_64x64(), &f16_weight_rows_split_pingpong_64x64(),
           &tf32_weight_rows_split_pingpong_64x32()};
@@ -139,12 +140,17 @@ MidSizeTiles mid_size_tiles(const Problem& p) {
 // gett_weight_rows_clusters_h100_session55*.csv), 32 to 116 tiles: up to 32 rows 0.77-0.97x its
 // time, unclustered 0.79-1.05x (clusters behind only at 93 and 97 tiles, 0.96-0.97x against
 // 0.95x); two N tiles of 32 (32 tiles, 48-64 rows) 0.85x, unclustered 0.91-0.93x. From 120 tiles
-// (30 clusters) 1.08-1.13x: CUTLASS's persistent scheduler, told only the SM count, launches the
-// clusters it guesses fit (get_max_cta_occupancy, assuming 18 SMs per GPC: 7 x 16 + 4 = 116
-// blocks, 29 clusters of four, on 132 SMs), so a 30th cluster's tiles wait for a second round.
-// Not measured on an H200 (same 132 SMs, same guess). (64x64 tiles in fours, 0.86-0.95x against
-// 0.92-1.03x with 33 to 64 rows, are a bench candidate until the GPU tests have run on them.)
-constexpr std::int64_t kMostClusteredWeightTiles = 116;
+// (30 clusters) 1.08-1.13x: CUTLASS's persistent scheduler, told only the SM count, launched the
+// clusters it guessed fit (get_max_cta_occupancy, assuming 18 SMs per GPC: 7 x 16 + 4 = 116
+// blocks, 29 clusters of four, on 132 SMs), so a 30th cluster's tiles waited for a second round.
+// The GETT now tells it what cudaOccupancyMaxActiveClusters finds (Variant::clusters_at_once),
+// and the clusters are taken while all of them fit at once.
+bool clusters_fit_at_once(const Variant& v, const Problem& p) {
+  const std::int64_t clusters_along_m = (weight_tiles(p) + v.cluster_size - 1) / v.cluster_size;
+  const std::int64_t tiles_along_n = (p.B + v.tile_n - 1) / v.tile_n;
+  return clusters_along_m * tiles_along_n <= v.clusters_at_once(p.device.index);
+}
+
 const Variant* weight_rows_variant(const Problem& p) {
   const bool f16 = p.dtype == DType::float16, tf32 = p.dtype == DType::float32;
   const double weight_bytes = static_cast<double>(p.weight_bytes()), MiB = 0x1p20;
@@ -155,11 +161,11 @@ const Variant* weight_rows_variant(const Problem& p) {
   // 33 to 64 rows in one N tile of 64, unless the weight's tiles are so few (a quarter of the SMs)
   // that two N tiles of 32, each reading the weight's tile, read it faster: (16, 48-64, 128, 2048)
   // 0.96-0.97x the time of 64x64; with 64 or 128 tiles of 64x64 they took 1.01-1.38x.
-  if (p.B <= 32 || weight_tiles_per_sm(p) <= 0.25) {
-    if (weight_tiles(p) <= kMostClusteredWeightTiles)
-      return f16 ? &f16_weight_rows_pingpong_64x32_c4x1() : &bf16_weight_rows_pingpong_64x32_c4x1();
-    return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
-  }
+  const bool tiles_of_32 = p.B <= 32 || weight_tiles_per_sm(p) <= 0.25;
+  const Variant& clustered = tiles_of_32 ? (f16 ? f16_weight_rows_pingpong_64x32_c4x1() : bf16_weight_rows_pingpong_64x32_c4x1())
+                                         : (f16 ? f16_weight_rows_pingpong_64x64_c4x1() : bf16_weight_rows_pingpong_64x64_c4x1());
+  if (clusters_fit_at_once(clustered, p)) return &clustered;
+  if (tiles_of_32) return f16 ? &f16_weight_rows_pingpong_64x32() : &bf16_weight_rows_pingpong_64x32();
   return f16 ? &f16_weight_rows_pingpong_64x64() : &bf16_weight_rows_pingpong_64x64();
 }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/kernel_registry.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_info.hpp"
 #include "cuda/gett_kernel.hpp"
@@ -142,6 +143,7 @@ struct Gett {
     if constexpr (!kSplitReduction) args.epilogue.thread.bias_ptr = static_cast<const Output*>(p.bias);
     args.hw_info.device_id = p.device.index;
     args.hw_info.sm_count = multiprocessor_count(p.device.index);
+    if constexpr (kClusterM * kClusterN > 1) args.hw_info.max_active_clusters = clusters_at_once(p.device.index);
     args.scheduler.max_swizzle_size = tuning.max_swizzle;
     using CutlassRaster = cutlass::gemm::kernel::detail::RasterOrderOptions;
     args.scheduler.raster_order = tuning.raster == Raster::along_m   ? CutlassRaster::AlongM
@@ -199,6 +201,10 @@ struct Gett {
     plan.why_not = p.dtype != kDType ? "compiled for " + std::string(dtype_name(kDType)) + " inputs"
                                      : shape_why_not(p, kTileK, sizeof(Input));
     if (!plan.why_not.empty()) return plan;
+    if (clusters_at_once(p.device.index) < 1) {
+      plan.why_not = "its clusters of " + std::to_string(kClusterM * kClusterN) + " blocks do not fit this device";
+      return plan;
+    }
     const int splits = splits_for(p, {});
     const Arguments args = arguments(p, {}, splits);
     if (!Kernel::can_implement(args)) {
@@ -220,16 +226,9 @@ struct Gett {
     auto* kernel = &cutlass::device_kernel<Kernel>;
     allow_shared_memory(reinterpret_cast<const void*>(kernel), p.device.index);
 
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim = {kClusterM, kClusterN, 1};
-    cudaLaunchConfig_t config{};
-    config.gridDim = Kernel::get_grid_shape(params);
-    config.blockDim = Kernel::get_block_shape();
-    config.dynamicSmemBytes = Kernel::SharedStorageSize;
+    cudaLaunchAttribute cluster = cluster_dimension();
+    cudaLaunchConfig_t config = launch_config(Kernel::get_grid_shape(params), cluster);
     config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
     check(cudaLaunchKernelEx(&config, kernel, params), "gett kernel launch");
     if constexpr (kSplitReduction)
       add_partial_sums(p, static_cast<const float*>(workspace.data), splits, stream);
@@ -277,6 +276,41 @@ struct Gett {
     return with_workspace;
   }
 
+  static cudaLaunchAttribute cluster_dimension() {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim = {kClusterM, kClusterN, 1};
+    return cluster;
+  }
+
+  static cudaLaunchConfig_t launch_config(dim3 grid, cudaLaunchAttribute& cluster) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = Kernel::get_block_shape();
+    config.dynamicSmemBytes = Kernel::SharedStorageSize;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    return config;
+  }
+
+  // Clusters of this configuration the device runs at once (cudaOccupancyMaxActiveClusters),
+  // queried once per device. The persistent scheduler launches that many: left to itself it would
+  // assume GH100's 18 SMs per GPC and launch 29 clusters of four on 132 SMs, however many fit.
+  static int clusters_at_once(int device) {
+    static std::array<std::atomic<int>, kMaxDevices> known{};  // 0: not yet queried (or none fit)
+    std::atomic<int>& slot = known[static_cast<std::size_t>(device)];
+    if (const int clusters = slot.load(std::memory_order_acquire); clusters > 0) return clusters;
+    const ScopedDevice on_device(device);
+    auto* kernel = reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>);
+    allow_shared_memory(kernel, device);
+    cudaLaunchAttribute cluster = cluster_dimension();
+    const cudaLaunchConfig_t config = launch_config(dim3(kClusterM, kClusterN, 1), cluster);
+    int clusters = 0;
+    check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config), "cudaOccupancyMaxActiveClusters(gett kernel)");
+    slot.store(clusters, std::memory_order_release);
+    return clusters;
+  }
+
   // Blocks need more than the default 48 KB of shared memory; the limit is raised once per device.
   static void allow_shared_memory(const void* kernel, int device) {
     static std::array<std::atomic<bool>, kMaxDevices> raised{};
@@ -288,8 +322,8 @@ struct Gett {
   }
 
   static Variant variant(const char* name) {
-    return {name,           kDType,          kTileM,  kTileN,         kTileK, kClusterM * kClusterN,
-            kWeightRowsAsM, kSplitReduction, why_not, workspace_bytes, run};
+    return {name,           kDType,          kTileM,          kTileN, kTileK, kClusterM * kClusterN,
+            kWeightRowsAsM, kSplitReduction, clusters_at_once, why_not, workspace_bytes, run};
   }
 };
 

@@ -33,6 +33,7 @@ struct Variant {
   int cluster_size;
   bool weight_rows_as_m;  // M is the weight's rows (y^T = W A^T), N x's rows; else the other way round
   bool splits_reduction;  // parts of R's slices as the batch mode into float32 partial sums, then their sum
+  int (*clusters_at_once)(int device);  // the most clusters resident on the device at once (queried once)
   std::string (*why_not)(const Problem& p);  // empty when the configuration can run p
   std::size_t (*workspace_bytes)(const Problem& p);
   void (*run)(const Problem& p, Workspace workspace, CudaStream stream, Tuning tuning);
@@ -69,6 +70,8 @@ const Variant& f16_weight_rows_pingpong_64x64();
 const Variant& tf32_weight_rows_pingpong_64x32();
 const Variant& bf16_weight_rows_pingpong_64x32_c4x1();
 const Variant& f16_weight_rows_pingpong_64x32_c4x1();
+const Variant& bf16_weight_rows_pingpong_64x64_c4x1();
+const Variant& f16_weight_rows_pingpong_64x64_c4x1();
 
 const Variant& bf16_weight_rows_split_pingpong_64x32();
 const Variant& f16_weight_rows_split_pingpong_64x32();
