@@ -695,8 +695,8 @@ void gett_weight_rows_sweep(cudaStream_t stream, const std::optional<Shape>& onl
   std::vector<const gett::Variant*> variants = gett::library_variants();
   for (const gett::Variant& candidate : gett_candidates())
     if (candidate.weight_rows_as_m) variants.push_back(&candidate);
-  for (const gett::Variant* v : variants)  // where a clustered configuration stops taking more tiles
-    if (v->weight_rows_as_m && v->cluster_size > 1)
+  for (const gett::Variant* v : variants)  // the persistent scheduler's grid, in clusters
+    if (v->cluster_size > 1)
       std::fprintf(stderr, "# %s: %d clusters at once\n", v->name, v->clusters_at_once(0));
   const auto add_configurations = [&](std::vector<Candidate>& candidates, const Problem& p, Fp32Precision,
                                       const std::string&) {
