@@ -844,9 +844,9 @@ TEST_F(CudaTest, GettLargeTf32TilesFollowMemoryBandwidth) {
 
 // 17 to 64 rows (TF32: 32) against 8 to 128 MB of weight (TF32: 256 MB) that the weight-streaming
 // kernel leaves run on the GETT with the weight's rows as M: x's rows in one N tile of 32 or 64
-// (two of 32 where the weight has 33 or fewer 64-row tiles); tiles of 32 in clusters of four along
-// M where the weight has up to 116 64-row tiles. Where it has fewer than 32 (and at
-// least 8), from 8 MB (16-bit with 33 to 64 rows: from 4 MB in 8 parts or more) to 64 MB (TF32:
+// (two of 32 where the weight has 33 or fewer 64-row tiles), in clusters of four along M where
+// they all fit the GPU at once (an H100 held 30 clusters of four, 120 tiles; the exact bound is
+// GettClusteredWeightRowsFitAtOnce's). Where the weight has fewer than 32 tiles (and at least 8), from 8 MB (16-bit with 33 to 64 rows: from 4 MB in 8 parts or more) to 64 MB (TF32:
 // 128 MB) the reduction is split (TF32 with 33 to 64 rows: to 128 MB in 8 parts or more, to 32 MB
 // in 4, to 16 MB in 2); with 65 to 128 rows, 16-bit from 4 to 16 MB in 4 parts or more, TF32 from
 // 8 to 36 MB.

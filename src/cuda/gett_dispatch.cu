@@ -135,16 +135,16 @@ MidSizeTiles mid_size_tiles(const Problem& p) {
 // to 32 rows, 0.91-1.00x with 33 to 64; TF32 with up to 32 rows 0.79-1.00x (the tie at 144 MB).
 // TF32 with 40 to 64 rows lost against 32-128 MB (1.06-1.27x; 0.85x at 16 MB) and stays with
 // cuBLAS, as do 128 rows (1.01x) (bench/results/gett_weight_rows_h200.csv).
-// The 64x32 tiles in clusters of four along M, whose TMA multicasts x's tile to the four blocks,
-// while the clusters fit the GPU at once. On an H100 against unfused (bench/results/
-// gett_weight_rows_clusters_h100_session55*.csv), 32 to 116 tiles: up to 32 rows 0.77-0.97x its
-// time, unclustered 0.79-1.05x (clusters behind only at 93 and 97 tiles, 0.96-0.97x against
-// 0.95x); two N tiles of 32 (32 tiles, 48-64 rows) 0.85x, unclustered 0.91-0.93x. From 120 tiles
-// (30 clusters) 1.08-1.13x: CUTLASS's persistent scheduler, told only the SM count, launched the
-// clusters it guessed fit (get_max_cta_occupancy, assuming 18 SMs per GPC: 7 x 16 + 4 = 116
-// blocks, 29 clusters of four, on 132 SMs), so a 30th cluster's tiles waited for a second round.
-// The GETT now tells it what cudaOccupancyMaxActiveClusters finds (Variant::clusters_at_once),
-// and the clusters are taken while all of them fit at once.
+// The 64x32 and 64x64 tiles in clusters of four along M, whose TMA multicasts x's tile to the
+// four blocks, while all the clusters fit the GPU at once: as many as cudaOccupancyMaxActiveClusters
+// finds (Variant::clusters_at_once; 30 of four on an H100's 132 SMs), which the persistent
+// scheduler is told (left to itself it guessed 29, and a 30th cluster's tiles waited for a second
+// round: 1.08-1.13x unfused's time at 120 tiles). On an H100 against unfused (bench/results/
+// gett_weight_rows_clusters_h100_session55*.csv, ..._at_once_h100_session57.csv): up to 32 rows
+// 0.77-0.97x its time to 120 tiles, unclustered 0.79-1.05x (clusters behind only at 93 and 97
+// tiles, 0.96-0.97x against 0.95x); 33 to 64 rows on 64x64 tiles 0.86-0.95x from 40 to 120 tiles,
+// unclustered 0.92-1.03x. Past the bound (124-132 tiles) clusters took 1.10-1.15x, unclustered
+// 0.95-0.96x. Not measured on an H200 (also 132 SMs; the query answers for each device).
 bool clusters_fit_at_once(const Variant& v, const Problem& p) {
   const std::int64_t clusters_along_m = (weight_tiles(p) + v.cluster_size - 1) / v.cluster_size;
   const std::int64_t tiles_along_n = (p.B + v.tile_n - 1) / v.tile_n;
