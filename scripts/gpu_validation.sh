@@ -72,11 +72,12 @@ if [[ $phase == tests || $phase == all ]]; then
   step "C++ GPU tests"
   # Sharded side by side: the forward suite's tests add up to about 3.5 minutes (17 before the
   # thirty-fourth session's faster references and fills); in ten shards the longest took 53 s
-  # (with the backward suite's three shards running alongside). The allocation test reads the
-  # device's free memory, which other shards move: it runs alone afterwards.
-  run_sharded build/gpu/tests/test_cuda_forward 10 '-*FusedKernelsAllocateNothingPerCall' "$out/test_cuda.log"
+  # (with the backward suite's three shards running alongside). The two tests that read the
+  # device's free memory, which other shards move, run alone afterwards.
+  alone='*FusedKernelsAllocateNothingPerCall:*GettGraphDeterminismAndMemory'
+  run_sharded build/gpu/tests/test_cuda_forward 10 "-$alone" "$out/test_cuda.log"
   timeout 60 build/gpu/tests/test_cuda_forward --gtest_brief=1 \
-    --gtest_filter='*FusedKernelsAllocateNothingPerCall' >> "$out/test_cuda.log" 2>&1 || status=1
+    --gtest_filter="$alone" >> "$out/test_cuda.log" 2>&1 || status=1
   run_sharded build/gpu/tests/test_cuda_backward 3 '*' "$out/test_cuda_backward.log"
   grep -E "PASSED|FAILED" "$out/test_cuda.log" "$out/test_cuda_backward.log"
 
