@@ -8,6 +8,7 @@
 #include "core/kernel_registry.hpp"
 #include "core/problem.hpp"
 #include "cuda/cublaslt_library.hpp"
+#include "cuda/device_info.hpp"
 #include "cuda/gett_kernel.hpp"
 #include "test_support.hpp"
 
@@ -33,6 +34,27 @@ TEST(GettRules, ReductionSplitsHoldWholeKTiles) {
           EXPECT_EQ(cuda::gett::can_split_reduction(p, splits, tile_k), expected)
               << "R=" << R << " H=" << H << " tile_k=" << tile_k << " splits=" << splits;
         }
+}
+
+// The per-device caches of occupancies and attributes ask the driver once per device, a count of
+// 0 included (a GETT configuration whose clusters do not fit a device reports 0; a cache that took
+// 0 for "not asked yet" asked again on every plan), and keep the devices apart.
+TEST(CudaRules, CountPerDeviceAsksOncePerDeviceEvenForZero) {
+  cuda::CountPerDevice counts;
+  int asked = 0;
+  const auto ask_for = [&asked](int count) {
+    return [&asked, count] {
+      ++asked;
+      return count;
+    };
+  };
+  for (int call = 0; call < 3; ++call) EXPECT_EQ(counts.get(0, ask_for(0)), 0);
+  EXPECT_EQ(asked, 1);
+  for (int call = 0; call < 3; ++call) EXPECT_EQ(counts.get(cuda::kMaxDevices - 1, ask_for(30)), 30);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(counts.get(0, ask_for(7)), 0);  // the first answer stays
+  EXPECT_EQ(counts.get(1, ask_for(7)), 7);
+  EXPECT_EQ(asked, 3);
 }
 
 // float64 has no tensor-core kernel of ours: the latency kernel takes reductions up to 128 long

@@ -1,7 +1,5 @@
 // Device-side argument checks, the library's workspace cache and the device guard.
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -38,17 +36,14 @@ void check_pointer(const void* data, const char* name, int device) {
 namespace {
 
 // A device attribute, queried once per device (attributes never change while a process runs).
-// Slots hold value + 1, so that 0 means "not queried yet" even for attributes that are 0.
 template <cudaDeviceAttr kAttribute>
 int cached_attribute(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> cached{};
-  std::atomic<int>& slot = cached[static_cast<std::size_t>(device)];
-  const int stored = slot.load(std::memory_order_relaxed);
-  if (stored != 0) return stored - 1;
-  int value = 0;
-  check(cudaDeviceGetAttribute(&value, kAttribute, device), "cudaDeviceGetAttribute");
-  slot.store(value + 1, std::memory_order_relaxed);
-  return value;
+  static CountPerDevice values;
+  return values.get(device, [device] {
+    int value = 0;
+    check(cudaDeviceGetAttribute(&value, kAttribute, device), "cudaDeviceGetAttribute");
+    return value;
+  });
 }
 
 }  // namespace

@@ -297,18 +297,18 @@ struct Gett {
   // queried once per device. The persistent scheduler launches that many: left to itself it would
   // assume GH100's 18 SMs per GPC and launch 29 clusters of four on 132 SMs, however many fit.
   static int clusters_at_once(int device) {
-    static std::array<std::atomic<int>, kMaxDevices> known{};  // 0: not yet queried (or none fit)
-    std::atomic<int>& slot = known[static_cast<std::size_t>(device)];
-    if (const int clusters = slot.load(std::memory_order_acquire); clusters > 0) return clusters;
-    const ScopedDevice on_device(device);
-    auto* kernel = reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>);
-    allow_shared_memory(kernel, device);
-    cudaLaunchAttribute cluster = cluster_dimension();
-    const cudaLaunchConfig_t config = launch_config(dim3(kClusterM, kClusterN, 1), cluster);
-    int clusters = 0;
-    check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config), "cudaOccupancyMaxActiveClusters(gett kernel)");
-    slot.store(clusters, std::memory_order_release);
-    return clusters;
+    static CountPerDevice counts;
+    return counts.get(device, [device] {
+      const ScopedDevice on_device(device);
+      auto* kernel = reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>);
+      allow_shared_memory(kernel, device);
+      cudaLaunchAttribute cluster = cluster_dimension();
+      const cudaLaunchConfig_t config = launch_config(dim3(kClusterM, kClusterN, 1), cluster);
+      int clusters = 0;
+      check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config),
+            "cudaOccupancyMaxActiveClusters(gett kernel)");
+      return clusters;
+    });
   }
 
   // Blocks need more than the default 48 KB of shared memory; the limit is raised once per device.

@@ -29,8 +29,6 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_info.hpp"
@@ -226,19 +224,18 @@ template <int NG> constexpr std::size_t tile_sums_bytes(int warps) {
 }
 
 // Blocks of 12 warps one SM holds at once (registers, threads, shared memory), queried once per
-// instantiation and device. A slot holds the count + 1: 0 means not queried yet.
+// instantiation and device.
 constexpr int kTwelveWarps = 12;
 template <mma::Mode M, int NG, int U>
 int twelve_warp_blocks_per_sm(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> cached{};
-  std::atomic<int>& slot = cached[static_cast<std::size_t>(device)];
-  if (const int stored = slot.load(std::memory_order_relaxed); stored != 0) return stored - 1;
-  int blocks = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, weight_stream_kernel<M, NG, U>, kTwelveWarps * 32,
-                                                      tile_sums_bytes<NG>(kTwelveWarps)),
-        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  slot.store(blocks + 1, std::memory_order_relaxed);
-  return blocks;
+  static CountPerDevice counts;
+  return counts.get(device, [] {
+    int blocks = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, weight_stream_kernel<M, NG, U>, kTwelveWarps * 32,
+                                                        tile_sums_bytes<NG>(kTwelveWarps)),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return blocks;
+  });
 }
 
 // Enqueues the kernel, as a programmatic dependent launch where the GPU runs this build's sm_90
