@@ -29,6 +29,28 @@ double time_cpu_us(const std::function<void()>& run, int repeats) {
   return median(samples);
 }
 
+CpuTimings time_cpu_interleaved(const std::vector<std::function<void()>>& runs, int rounds, int min_rounds,
+                                double budget_us) {
+  using clock = std::chrono::steady_clock;
+  auto time_one = [](const std::function<void()>& run) {
+    const auto start = clock::now();
+    run();
+    return std::chrono::duration<double, std::micro>(clock::now() - start).count();
+  };
+  double round_us = 0;
+  for (const auto& run : runs) round_us += time_one(run);  // warm-up, and the estimate of a round
+  if (rounds <= 0)
+    rounds = static_cast<int>(std::clamp(budget_us / std::max(round_us, 1e-3), static_cast<double>(min_rounds),
+                                         static_cast<double>(std::max(min_rounds, kMaxCpuRounds))));
+  std::vector<std::vector<double>> samples(runs.size());
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t i = 0; i < runs.size(); ++i) samples[i].push_back(time_one(runs[i]));
+  CpuTimings t;
+  t.rounds = rounds;
+  for (auto& s : samples) t.median_us.push_back(median(std::move(s)));
+  return t;
+}
+
 std::vector<GpuTiming> time_gpu_interleaved(const std::vector<std::function<void(int set)>>& launches, int sets,
                                             int repeats, CudaStream stream) {
   using cuda::check;

@@ -19,6 +19,18 @@ struct GpuTiming {
 // Median wall-clock microseconds of `run` over `repeats` calls, after one warm-up call.
 double time_cpu_us(const std::function<void()>& run, int repeats);
 
+// Several candidates on the CPU, taking turns call by call (so that a drift of the clock or of the
+// caches over the run weighs on each alike), after one warm-up call each. `rounds` > 0 runs that
+// many; 0 runs as many as fill about `budget_us`, judged by the warm-up calls, and at least
+// `min_rounds` (at most kMaxCpuRounds). One median per candidate.
+struct CpuTimings {
+  std::vector<double> median_us;
+  int rounds = 0;
+};
+inline constexpr int kMaxCpuRounds = 2000;
+CpuTimings time_cpu_interleaved(const std::vector<std::function<void()>>& runs, int rounds, int min_rounds,
+                                double budget_us);
+
 // `launch(set)` enqueues one forward reading input set `set` on `stream`. Each graph holds
 // `sets` launches cycling through the sets; `repeats` replays give the median.
 GpuTiming time_gpu(const std::function<void(int set)>& launch, int sets, int repeats, CudaStream stream);
