@@ -271,7 +271,7 @@ Report run_cpu(const Config& c) {
 
   // Unless --repeats says, about 50 ms of calls: a few microseconds' problem (the seed) gets
   // thousands of rounds, where 30 calls timed one candidate after the other had swung its ratio
-  // from 0.76 to 0.95 between runs; a large one at least min(default_repeats, 30).
+  // between 0.76 and 0.97 across runs; a large one at least min(default_repeats, 30).
   const timing::CpuTimings t = timing::time_cpu_interleaved(
       {[&] { forward(v.x, v.weight, v.bias, v.y, fused); }, [&] { forward(v.x, v.weight, v.bias, v.y, unfused); }},
       c.repeats, std::min(default_repeats(c), 30), 50'000);

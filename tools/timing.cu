@@ -18,17 +18,6 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-double time_cpu_us(const std::function<void()>& run, int repeats) {
-  run();
-  std::vector<double> samples;
-  for (int i = 0; i < repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-  }
-  return median(samples);
-}
-
 CpuTimings time_cpu_interleaved(const std::vector<std::function<void()>>& runs, int rounds, int min_rounds,
                                 double budget_us) {
   using clock = std::chrono::steady_clock;
@@ -49,6 +38,10 @@ CpuTimings time_cpu_interleaved(const std::vector<std::function<void()>>& runs, 
   t.rounds = rounds;
   for (auto& s : samples) t.median_us.push_back(median(std::move(s)));
   return t;
+}
+
+double time_cpu_us(const std::function<void()>& run, int repeats) {
+  return time_cpu_interleaved({run}, repeats, repeats, 0).median_us[0];
 }
 
 std::vector<GpuTiming> time_gpu_interleaved(const std::vector<std::function<void(int set)>>& launches, int sets,
