@@ -191,6 +191,37 @@ inline void round_row_from_float(const float* c, const T* bias, T* y, int n) {
                                       _mm512_cvtepu16_epi32(round16_from_float<T>(sum)));
   }
 }
+
+// Lane (i, j) of the result: the four words of 128-bit lane i of a_j summed (so four vectors of
+// four rows' partial sums, a row a lane, give those rows' sums against four columns, row-major).
+inline __m512 quad_lane_sums(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  return _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+// The first `count` (up to 4) floats from src in every 128-bit lane, zeros after them; nothing past
+// them is read.
+inline __m512 broadcast_first_quad(const float* src, int count) {
+  const __m512 part = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), src);
+  return _mm512_shuffle_f32x4(part, part, 0);
+}
+
+// out[16 u + 4 i + e] = rows[i][4 u + e] for u, i, e < 4: four rows of 16 floats as 4 x 4 blocks
+// of 128-bit lanes, transposed.
+inline void transpose_quads_4x4(const float* const rows[4], float* out) {
+  const __m512 r0 = _mm512_loadu_ps(rows[0]), r1 = _mm512_loadu_ps(rows[1]);
+  const __m512 r2 = _mm512_loadu_ps(rows[2]), r3 = _mm512_loadu_ps(rows[3]);
+  const __m512 lo01 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512 hi01 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512 lo23 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512 hi23 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(3, 2, 3, 2));
+  _mm512_storeu_ps(out, _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0)));
+  _mm512_storeu_ps(out + 16, _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm512_storeu_ps(out + 32, _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0)));
+  _mm512_storeu_ps(out + 48, _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 
