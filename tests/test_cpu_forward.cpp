@@ -487,7 +487,7 @@ TEST(CpuForwardDirect, SingleRowsOnEitherSideOfTheStreamLimit) {
         }
 }
 
-// The direct path's row quads (float32 on AVX-512): whole quads and a last one of 1 to 3 rows,
+// The direct path's row quads (float32 and float64 on AVX-512): whole quads and a last one of 1 to 3 rows,
 // 1 to 4 quads a tile (17 rows: 4 and then 1), reductions of whole quads and of 1 to 3 more
 // elements, weight tiles of 1 to 4 rows; y along a unit stride (whole rows of 4 outputs stored
 // at once) and padded ("strided"), with and without a bias.
@@ -498,15 +498,16 @@ TEST(CpuForwardDirect, RowQuadsEveryQuadCountAndTail) {
   for (Shape shape : {Shape{3, 5, 7, 9}, Shape{4, 6, 32, 56}, Shape{2, 7, 63, 5}, Shape{1, 8, 1001, 7},
                       Shape{4, 12, 32, 56}, Shape{3, 13, 41, 4}, Shape{2, 16, 258, 3}, Shape{5, 17, 25, 6},
                       Shape{8, 20, 9, 13}, Shape{1, 33, 127, 2}})
-    for (Layout layout : {Layout::contiguous, Layout::head_major, Layout::strided, Layout::b_unit})
-      for (bool bias : {true, false}) {
-        const Case c{shape, DType::float32, layout, bias};
-        const double err = error_of(c, [&](Operands& o) {
-          cpu::run_gather_gemm(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view),
-                               cpu::SimdLevel::avx512, cpu::GemmPath::direct);
-        });
-        expect_accurate(c, err, "cpu_gather_gemm direct, AVX-512");
-      }
+    for (DType dtype : {DType::float32, DType::float64})
+      for (Layout layout : {Layout::contiguous, Layout::head_major, Layout::strided, Layout::b_unit})
+        for (bool bias : {true, false}) {
+          const Case c{shape, dtype, layout, bias};
+          const double err = error_of(c, [&](Operands& o) {
+            cpu::run_gather_gemm(validate_forward_args(o.x.view, o.weight.view, o.bias_view(), o.y.view),
+                                 cpu::SimdLevel::avx512, cpu::GemmPath::direct);
+          });
+          expect_accurate(c, err, "cpu_gather_gemm direct, AVX-512");
+        }
 }
 
 // The AVX512-BF16 kernel rounds y as the AMX kernel does (H = 2: one pair).

@@ -201,11 +201,45 @@ inline __m512 quad_lane_sums(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
                        _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
-// The first `count` (up to 4) floats from src in every 128-bit lane, zeros after them; nothing past
-// them is read.
-inline __m512 broadcast_first_quad(const float* src, int count) {
+// Lane (i, j) of the result: the two words of 128-bit lane i of a_j summed, j < 2.
+inline __m512d pair_lane_sums(__m512d a0, __m512d a1) {
+  return _mm512_add_pd(_mm512_unpacklo_pd(a0, a1), _mm512_unpackhi_pd(a0, a1));
+}
+
+// Overloads for the row-quad tiles, which take float32 or float64 vectors.
+inline void zmm_clear(__m512& v) { v = _mm512_setzero_ps(); }
+inline void zmm_clear(__m512d& v) { v = _mm512_setzero_pd(); }
+inline __m512 zmm_load(const float* src) { return _mm512_loadu_ps(src); }
+inline __m512d zmm_load(const double* src) { return _mm512_loadu_pd(src); }
+inline __m512 zmm_fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+inline __m512d zmm_fmadd(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
+inline __m512 zmm_add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+inline __m512d zmm_add(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
+
+// The 16 bytes at src (four floats, two doubles) in every 128-bit lane.
+inline __m512 broadcast_lane(const float* src) { return _mm512_broadcast_f32x4(_mm_loadu_ps(src)); }
+inline __m512d broadcast_lane(const double* src) {
+  return _mm512_castps_pd(_mm512_broadcast_f32x4(_mm_loadu_ps(reinterpret_cast<const float*>(src))));
+}
+
+// The first `count` values of those, zeros after them; nothing past them is read.
+inline __m512 broadcast_first_of_lane(const float* src, int count) {
   const __m512 part = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), src);
   return _mm512_shuffle_f32x4(part, part, 0);
+}
+inline __m512d broadcast_first_of_lane(const double* src, int count) {
+  const __m512d part = _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << count) - 1), src);
+  return _mm512_shuffle_f64x2(part, part, 0);
+}
+
+// 128-bit lane I of v stored at out.
+template <int I>
+inline void store_lane(float* out, __m512 v) {
+  _mm_storeu_ps(out, _mm512_extractf32x4_ps(v, I));
+}
+template <int I>
+inline void store_lane(double* out, __m512d v) {
+  _mm_storeu_ps(reinterpret_cast<float*>(out), _mm512_extractf32x4_ps(_mm512_castpd_ps(v), I));
 }
 
 // out[16 u + 4 i + e] = rows[i][4 u + e] for u, i, e < 4: four rows of 16 floats as 4 x 4 blocks

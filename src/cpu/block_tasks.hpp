@@ -127,11 +127,12 @@ constexpr std::int64_t kDirectRowsBytes = std::int64_t{16} << 20;
 // from 4096 up to 1.40 on the Zen 4 (docs/performance/cpu.md, "One stream for short weight rows").
 constexpr std::int64_t kSingleRowStreamMaxReduction = 1024;
 
-// The direct path's row quads (float32 on AVX-512, gather_gemm_engine.inl) from this many rows of
-// A; where B is not a multiple of 4, whose last quad is partly zeros, only up to this reduction
-// length. Against direct_tile on the 2-core Zen 4 VM, K = 64 and 512: whole quads (B = 8 to 32)
-// 0.58-0.99x the time at R*H = 32 to 2048; partial ones 0.59-0.95x at R*H = 32 to 128 (B = 5 at
-// 128: 0.92-1.04x) but up to 1.22x beyond; B = 2 to 4 (one quad, half to all of it used) 0.85-1.72x
+// The direct path's row quads (float32 and float64 on AVX-512, gather_gemm_engine.inl) from this
+// many rows of A; where B is not a multiple of 4, whose last quad is partly zeros, only up to this
+// reduction length. Against direct_tile on the 2-core Zen 4 VM, K = 64 and 512: whole quads (B = 8
+// to 32) 0.58-0.99x the time at R*H = 32 to 2048 in float32, 0.55-1.01x in float64; partial ones
+// 0.59-0.95x (float64 0.62-0.95x) at R*H = 32 to 128 (B = 5 at 128: 0.92-1.04x, 0.99-1.03x) but up
+// to 1.32x (1.34x) beyond; B = 2 to 4 (one quad, half to all of it used) 0.85-1.72x in float32
 // (docs/performance/cpu.md, "Row quads: lane sums within 128-bit lanes").
 constexpr std::int64_t kRowQuadsMinRows = 5;
 constexpr std::int64_t kRowQuadsPartialMaxReduction = 128;

@@ -220,7 +220,7 @@ void run_engine(const Problem& p, const Engine& e, GemmPath path) {
     return;
   }
   if (path == GemmPath::direct || path == GemmPath::row_blocks) {
-    // B rows, or on AVX-512 in float32 up to B + 3 rows as row quads after 4 gathered lines.
+    // B rows, or on AVX-512 up to B + 3 rows as row quads after 4 gathered lines.
     const std::int64_t rows_elems = (p.B + 7) * direct_row_stride_bound(p.RH);
     e.direct_rows(p, a_scratch.bytes(static_cast<std::size_t>(rows_elems) * sizeof(Acc)));
     return;

@@ -1275,127 +1275,152 @@ void gathered_columns_tile(const Problem& p, const Acc* rows, std::int64_t b0, s
 // GCC 12's lane broadcasts and extractions start from _mm512_undefined
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// Row quads (float32 on AVX-512): a vector holds four rows of A, a 128-bit lane each, four
-// consecutive reduction elements a lane; a weight row's four elements are broadcast to all four
-// lanes. A multiply-add so advances 4 rows by 1 weight row by 4 elements, the work of one of
-// direct_tile's (1 by 1 by 16), but a row quad's 16 outputs against 4 weight rows come out of 4
-// accumulators with 9 operations within 128-bit lanes (quad_lane_sums), where direct_tile's 16
-// accumulators took 45 two-source permutations and adds: on the seed problem, timed alone on a
-// Zen 4, 0.6-0.9 us of lane sums beside 1.56 us of multiply-adds, where row quads took 1.57 us in
-// all (docs/performance/cpu.md, "Row quads: lane sums within 128-bit lanes").
-//
+// Row quads (float32 and float64 on AVX-512): a vector holds four rows of A, a 128-bit lane
+// each, E = 4 (float32) or 2 (float64) consecutive reduction elements a lane; a weight row's E
+// elements are broadcast to all four lanes. A multiply-add so advances 4 rows by 1 weight row by E
+// elements, the work of one of direct_tile's (1 by 1 by 4E), but a row quad's 16 outputs against 4
+// weight rows come out of 4 accumulators through operations within 128-bit lanes (quad_lane_sums:
+// 9 of them; pair_lane_sums: 6), where direct_tile's 16 accumulators took 45 (float64: 42)
+// two-source permutations and adds: on the seed problem, timed alone on a Zen 4, 0.6-0.9 us of
+// lane sums beside 1.56 us of multiply-adds, where row quads took 1.57 us in all
+// (docs/performance/cpu.md, "Row quads: lane sums within 128-bit lanes").
+template <class Acc>
+constexpr int kQuadLaneElements = 16 / static_cast<int>(sizeof(Acc));
+
 // A's rows are gathered 4 at a time into `lines` (4 * direct_row_stride) and interleaved into
-// `quads`: quad q holds rows 4q .. 4q+3 (rows past B as zeros), quads[(q * lda + c4 * 4 + i) * 4
-// + e] = A[4q + i, c4 * 4 + e] for lda = direct_row_stride(R*H) (zeros past R*H).
-inline void gather_row_quads(const Problem& p, float* __restrict lines, float* __restrict quads) {
-  const std::int64_t lda = direct_row_stride<float>(p.RH);
-  const float* const line[4] = {lines, lines + lda, lines + 2 * lda, lines + 3 * lda};
+// `quads`: quad q holds rows 4q .. 4q+3 (rows past B as zeros), quads[(q * lda + c / E * 4 + i) * E
+// + c % E] = A[4q + i, c] for lda = direct_row_stride(R*H) (zeros past R*H).
+template <class Acc>
+void gather_row_quads(const Problem& p, Acc* __restrict lines, Acc* __restrict quads) {
+  const std::int64_t lda = direct_row_stride<Acc>(p.RH);
+  constexpr int kPerVector = 64 / static_cast<int>(sizeof(Acc));
   for (std::int64_t q = 0; q < ceil_div(p.B, 4); ++q) {
     const int rows = static_cast<int>(std::min<std::int64_t>(4, p.B - 4 * q));
-    gather_padded_rows<float, float>(p, 4 * q, rows, lines);
-    std::fill(lines + rows * lda, lines + 4 * lda, 0.0f);
+    gather_padded_rows<Acc, Acc>(p, 4 * q, rows, lines);
+    std::fill(lines + rows * lda, lines + 4 * lda, Acc(0));
     const float* at[4];
-    for (std::int64_t c = 0; c < lda; c += 16) {
-      for (int i = 0; i < 4; ++i) at[i] = line[i] + c;
-      transpose_quads_4x4(at, quads + q * 4 * lda + 4 * c);
+    for (std::int64_t c = 0; c < lda; c += kPerVector) {
+      for (int i = 0; i < 4; ++i) at[i] = reinterpret_cast<const float*>(lines + i * lda + c);
+      transpose_quads_4x4(at, reinterpret_cast<float*>(quads + q * 4 * lda + 4 * c));
     }
   }
 }
 
 // y[4q .. 4q+4, k0 .. k0+kt) for the G row quads from q0 (rows past B not stored), kt <= 4 weight
 // rows along a unit stride from k0.
-template <int G>
-void row_quads_tile(const Problem& p, const float* quads, std::int64_t q0, std::int64_t k0, int kt) {
+template <class Acc, int G>
+void row_quads_tile(const Problem& p, const Acc* quads, std::int64_t q0, std::int64_t k0, int kt) {
+  using Vec = typename Avx512Register<Acc>::type;
+  constexpr int E = kQuadLaneElements<Acc>;
   constexpr int KT = 4;
-  const float* w[KT];
+  const Acc* w[KT];
   direct_tile_weight_rows(p, k0, kt, w);
-  const std::int64_t lda = direct_row_stride<float>(p.RH);
-  const float* a = quads + q0 * 4 * lda;
+  const std::int64_t lda = direct_row_stride<Acc>(p.RH);
+  const Acc* a = quads + q0 * 4 * lda;
   // A quad alone keeps 4 chains of multiply-adds, each of 4 cycles' latency on a Zen 4: it takes
   // two sets of accumulators, for alternate steps.
   constexpr int S = G == 1 ? 2 : 1;
-  __m512 acc[S][G][KT];
+  Vec acc[S][G][KT];
 #pragma GCC unroll 2
   for (int s = 0; s < S; ++s)
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g)
 #pragma GCC unroll 4
-      for (int j = 0; j < KT; ++j) acc[s][g][j] = _mm512_setzero_ps();
-  const auto step = [&](auto set, std::int64_t c, auto weight_quad) {
-    __m512 av[G];
+      for (int j = 0; j < KT; ++j) zmm_clear(acc[s][g][j]);
+  const auto step = [&](auto set, std::int64_t c, auto weight_lane) {
+    Vec av[G];
 #pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) av[g] = _mm512_loadu_ps(a + g * 4 * lda + 4 * c);
+    for (int g = 0; g < G; ++g) av[g] = zmm_load(a + g * 4 * lda + 4 * c);
 #pragma GCC unroll 4
     for (int j = 0; j < KT; ++j) {
-      const __m512 wv = weight_quad(j, c);
+      const Vec wv = weight_lane(j, c);
 #pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) acc[set][g][j] = _mm512_fmadd_ps(av[g], wv, acc[set][g][j]);
+      for (int g = 0; g < G; ++g) acc[set][g][j] = zmm_fmadd(av[g], wv, acc[set][g][j]);
     }
   };
-  const auto whole_quad = [&](int j, std::int64_t c) { return _mm512_broadcast_f32x4(_mm_loadu_ps(w[j] + c)); };
-  const std::int64_t whole = p.RH / 4 * 4;
+  const auto whole_lane = [&](int j, std::int64_t c) { return broadcast_lane(w[j] + c); };
+  const std::int64_t whole = p.RH / E * E;
   std::int64_t c = 0;
-  for (; c + 4 * S <= whole; c += 4 * S) {
-    step(std::integral_constant<int, 0>{}, c, whole_quad);
-    if constexpr (S == 2) step(std::integral_constant<int, S - 1>{}, c + 4, whole_quad);
+  for (; c + E * S <= whole; c += E * S) {
+    step(std::integral_constant<int, 0>{}, c, whole_lane);
+    if constexpr (S == 2) step(std::integral_constant<int, S - 1>{}, c + E, whole_lane);
   }
-  if (c < whole) step(std::integral_constant<int, 0>{}, c, whole_quad);
-  if (whole < p.RH) {  // the last 1-3 elements, masked (A's quads hold zeros past them)
+  if (c < whole) step(std::integral_constant<int, 0>{}, c, whole_lane);
+  if (whole < p.RH) {  // the last elements, masked (A's quads hold zeros past them)
     const int tail = static_cast<int>(p.RH - whole);
     step(std::integral_constant<int, S - 1>{}, whole,
-         [&](int j, std::int64_t) { return broadcast_first_quad(w[j] + whole, tail); });
+         [&](int j, std::int64_t) { return broadcast_first_of_lane(w[j] + whole, tail); });
   }
   if constexpr (S == 2)
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g)
 #pragma GCC unroll 4
-      for (int j = 0; j < KT; ++j) acc[0][g][j] = _mm512_add_ps(acc[0][g][j], acc[1][g][j]);
-  const float* bias = static_cast<const float*>(p.bias);
-  __m512 bias4 = _mm512_setzero_ps();
-  if (bias != nullptr) bias4 = broadcast_first_quad(bias + k0, kt);
-  float* y = static_cast<float*>(p.y);
+      for (int j = 0; j < KT; ++j) acc[0][g][j] = zmm_add(acc[0][g][j], acc[1][g][j]);
+  const Acc* bias = static_cast<const Acc*>(p.bias);
+  Acc* y = static_cast<Acc*>(p.y);
+  // Sums of a quad against 4 weight rows, row-major: 16 floats in one vector, or 8 doubles in
+  // each of two (weight rows 0-1, then 2-3), each with the bias of its columns.
+  constexpr int kSumVectors = 4 / E;
+  Vec bias_of[kSumVectors];
+  for (int v = 0; v < kSumVectors; ++v) {
+    const int columns = std::clamp(kt - v * E, 0, E);
+    zmm_clear(bias_of[v]);
+    if (bias != nullptr && columns > 0) bias_of[v] = broadcast_first_of_lane(bias + k0 + v * E, columns);
+  }
 #pragma GCC unroll 4
   for (int g = 0; g < G; ++g) {
-    const __m512 sums = _mm512_add_ps(quad_lane_sums(acc[0][g][0], acc[0][g][1], acc[0][g][2], acc[0][g][3]), bias4);
+    Vec sums[kSumVectors];
+    if constexpr (E == 4) {
+      sums[0] = quad_lane_sums(acc[0][g][0], acc[0][g][1], acc[0][g][2], acc[0][g][3]);
+    } else {
+      sums[0] = pair_lane_sums(acc[0][g][0], acc[0][g][1]);
+      sums[1] = pair_lane_sums(acc[0][g][2], acc[0][g][3]);
+    }
+    for (int v = 0; v < kSumVectors; ++v) sums[v] = zmm_add(sums[v], bias_of[v]);
     const std::int64_t b0 = 4 * (q0 + g);
     const int rows = static_cast<int>(std::min<std::int64_t>(4, p.B - b0));
     if (kt == KT && p.y_stride_k == 1) {
-      float* out = y + b0 * p.y_stride_b + k0;
-      _mm_storeu_ps(out, _mm512_castps512_ps128(sums));
-      if (rows > 1) _mm_storeu_ps(out + p.y_stride_b, _mm512_extractf32x4_ps(sums, 1));
-      if (rows > 2) _mm_storeu_ps(out + 2 * p.y_stride_b, _mm512_extractf32x4_ps(sums, 2));
-      if (rows > 3) _mm_storeu_ps(out + 3 * p.y_stride_b, _mm512_extractf32x4_ps(sums, 3));
+      const auto store_row = [&]<int I>(std::integral_constant<int, I>) {
+        if (I < rows)
+          for (int v = 0; v < kSumVectors; ++v) store_lane<I>(y + (b0 + I) * p.y_stride_b + k0 + v * E, sums[v]);
+      };
+      store_row(std::integral_constant<int, 0>{});
+      store_row(std::integral_constant<int, 1>{});
+      store_row(std::integral_constant<int, 2>{});
+      store_row(std::integral_constant<int, 3>{});
     } else {
-      alignas(64) float s[16];
-      _mm512_store_ps(s, sums);
+      alignas(64) Acc s[kSumVectors][4 * E];
+      for (int v = 0; v < kSumVectors; ++v) std::memcpy(s[v], &sums[v], sizeof(Vec));
       for (int i = 0; i < rows; ++i)
-        for (int j = 0; j < kt; ++j) y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] = s[4 * i + j];
+        for (int j = 0; j < kt; ++j) y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] = s[j / E][E * i + j % E];
     }
   }
 }
 
 // Where the direct path takes row quads (block_tasks.hpp's bounds), unless gathered columns do.
+template <class Acc>
 constexpr bool row_quads_pay(std::int64_t B, std::int64_t RH) {
   return B >= kRowQuadsMinRows && (B % 4 == 0 || RH <= kRowQuadsPartialMaxReduction) &&
-         !gathered_columns_pay<float>(B, RH);
+         !gathered_columns_pay<Acc>(B, RH);
 }
 
 // All of y on row quads: `buf` holds 4 gathered lines, then the quads (gather_row_quads); tiles of
 // 4 weight rows go to the threads where `parallel`, each against up to 4 quads at a time.
-inline void row_quads(const Problem& p, float* __restrict buf, bool parallel) {
-  const std::int64_t lda = direct_row_stride<float>(p.RH);
-  float* quads = buf + 4 * lda;
+template <class Acc>
+void row_quads(const Problem& p, Acc* __restrict buf, bool parallel) {
+  const std::int64_t lda = direct_row_stride<Acc>(p.RH);
+  Acc* quads = buf + 4 * lda;
   gather_row_quads(p, buf, quads);
   const std::int64_t quad_count = ceil_div(p.B, 4);
   for_each_index(ceil_div(p.K, 4), parallel, [&](std::int64_t t) {
     const std::int64_t k0 = 4 * t;
     const int kt = static_cast<int>(std::min<std::int64_t>(4, p.K - k0));
     std::int64_t q = 0;
-    for (; q + 4 <= quad_count; q += 4) row_quads_tile<4>(p, quads, q, k0, kt);
+    for (; q + 4 <= quad_count; q += 4) row_quads_tile<Acc, 4>(p, quads, q, k0, kt);
     switch (quad_count - q) {
-      case 3: row_quads_tile<3>(p, quads, q, k0, kt); break;
-      case 2: row_quads_tile<2>(p, quads, q, k0, kt); break;
-      case 1: row_quads_tile<1>(p, quads, q, k0, kt); break;
+      case 3: row_quads_tile<Acc, 3>(p, quads, q, k0, kt); break;
+      case 2: row_quads_tile<Acc, 2>(p, quads, q, k0, kt); break;
+      case 1: row_quads_tile<Acc, 1>(p, quads, q, k0, kt); break;
       default: break;
     }
   });
@@ -1500,14 +1525,14 @@ void weight_rows_tiles(const Problem& p, std::int64_t k0, std::int64_t panel0, s
 // reads it). A's rows are gathered once into rows_buf (B * direct_row_stride accumulators); then
 // each weight row is read once, straight from memory, against up to 4 rows of A at a time, 4
 // weight rows a tile (a single row of A on AVX-512 against short weight rows: 16 weight rows a
-// tile; float32 on AVX-512, where row_quads_pay, up to 16 rows as 4 row quads); threads split the
-// weight's rows.
+// tile; float32 and float64 on AVX-512, where row_quads_pay, up to 16 rows as 4 row quads);
+// threads split the weight's rows.
 template <class In, class Acc>
 void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
 #if GATHER_GEMM_AVX512
-  if constexpr (std::is_same_v<In, float>)
-    if (p.weight_stride_c == 1 && row_quads_pay(p.B, p.RH)) {
+  if constexpr (std::is_same_v<In, Acc>)
+    if (p.weight_stride_c == 1 && row_quads_pay<Acc>(p.B, p.RH)) {
       row_quads(p, rows_buf, direct_parallel_pays(p, Tiling<Acc>::kFlopWeight));
       return;
     }
