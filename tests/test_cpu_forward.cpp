@@ -487,10 +487,11 @@ TEST(CpuForwardDirect, SingleRowsOnEitherSideOfTheStreamLimit) {
         }
 }
 
-// The direct path's row quads (float32 and float64 on AVX-512): whole quads and a last one of 1 to 3 rows,
-// 1 to 4 quads a tile (17 rows: 4 and then 1), reductions of whole quads and of 1 to 3 more
-// elements, weight tiles of 1 to 4 rows; y along a unit stride (whole rows of 4 outputs stored
-// at once) and padded ("strided"), with and without a bias.
+// The direct path's row quads (float32 and float64 on AVX-512; bfloat16 in the dot kernel, up to
+// its 16 rows): whole quads and a last one of 1 to 3 rows, 1 to 4 quads a tile (17 rows: 4 and
+// then 1), reductions of whole lanes and of 1 to 7 more elements, weight tiles of 1 to 4 rows; y
+// along a unit stride (whole rows of 4 outputs stored at once) and padded ("strided"), with and
+// without a bias.
 TEST(CpuForwardDirect, RowQuadsEveryQuadCountAndTail) {
   static_assert(cpu::kRowQuadsMinRows == 5 && cpu::kRowQuadsPartialMaxReduction == 128,
                 "the shapes below take row quads");
@@ -508,6 +509,14 @@ TEST(CpuForwardDirect, RowQuadsEveryQuadCountAndTail) {
           });
           expect_accurate(c, err, "cpu_gather_gemm direct, AVX-512");
         }
+  if (!cpu::bf16_dot_supported()) return;
+  for (Shape shape : {Shape{3, 5, 7, 9}, Shape{4, 6, 32, 56}, Shape{2, 7, 63, 5}, Shape{1, 8, 1001, 7},
+                      Shape{4, 12, 32, 56}, Shape{3, 13, 41, 4}, Shape{2, 16, 258, 3}, Shape{1, 9, 123, 6}})
+    for (Layout layout : {Layout::contiguous, Layout::head_major, Layout::strided, Layout::b_unit})
+      for (bool bias : {true, false}) {
+        const Case c{shape, DType::bfloat16, layout, bias};
+        expect_accurate(c, error_with_kernel(c, "cpu_bf16_dot"), "cpu_bf16_dot");
+      }
 }
 
 // The AVX512-BF16 kernel rounds y as the AMX kernel does (H = 2: one pair).

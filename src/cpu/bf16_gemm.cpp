@@ -469,6 +469,82 @@ void dot_direct_tile(const Problem& p, const BFloat16* rows, std::int64_t lda, s
       y[(b0 + i) * p.y_stride_b + (k0 + j) * p.y_stride_k] = to_bfloat16(sum + (bias ? to_float(bias[k0 + j]) : 0.f));
     }
 }
+
+// Row quads (the float32 engine's, gather_gemm_engine.inl, in bfloat16): a vector holds four rows
+// of A, a 128-bit lane each, 8 consecutive reduction elements a lane (4 pairs); a weight row's next
+// 8 elements are broadcast to all four lanes. A VDPBF16PS so advances 4 rows by 1 weight row by 8
+// elements, and a quad's 16 outputs against 4 weight rows come out of 4 accumulators through 9
+// operations within 128-bit lanes (quad_lane_sums), where dot_direct_tile's took lane_sums_16's
+// 45 (docs/performance/cpu.md, "Row quads in the bfloat16 dot kernel").
+constexpr int kQuadPairs = 4;  // pairs of a quad's lane
+
+// y[4q .. 4q+4, k0 .. k0+kt) for the G row quads from q0 of `quads` (quad stride 4 * ldq; rows past
+// B not stored), kt <= 4 weight rows along a unit stride from k0.
+template <int G>
+void dot_row_quads_tile(const Problem& p, const BFloat16* quads, std::int64_t ldq, std::int64_t q0, std::int64_t k0,
+                        int kt) {
+  constexpr int KT = 4, E = 2 * kQuadPairs;
+  const BFloat16* w[KT];
+  direct_tile_weight_rows(p, k0, kt, w);
+  const BFloat16* a = quads + q0 * 4 * ldq;
+  constexpr int S = G == 1 ? 2 : 1;  // two sets of accumulators for a quad alone, as the engine's
+  __m512 acc[S][G][KT];
+  for (int s = 0; s < S; ++s)
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < KT; ++j) acc[s][g][j] = _mm512_setzero_ps();
+  const auto step = [&](auto set, std::int64_t c, auto weight_lane) {
+    __m512bh av[G];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) av[g] = load_pairs(a + g * 4 * ldq + 4 * c);
+#pragma GCC unroll 4
+    for (int j = 0; j < KT; ++j) {
+      const __m512bh wv = weight_lane(j, c);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[set][g][j] = _mm512_dpbf16_ps(acc[set][g][j], av[g], wv);
+    }
+  };
+  const auto whole_lane = [&](int j, std::int64_t c) {
+    return reinterpret_cast<__m512bh>(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[j] + c))));
+  };
+  const std::int64_t whole = p.RH / E * E;
+  std::int64_t c = 0;
+  for (; c + E * S <= whole; c += E * S) {
+    step(std::integral_constant<int, 0>{}, c, whole_lane);
+    if constexpr (S == 2) step(std::integral_constant<int, S - 1>{}, c + E, whole_lane);
+  }
+  if (c < whole) step(std::integral_constant<int, 0>{}, c, whole_lane);
+  if (whole < p.RH) {  // the last 1-7 elements, masked (A's quads hold zeros past them)
+    const auto mask = static_cast<__mmask32>((1u << (p.RH - whole)) - 1);
+    step(std::integral_constant<int, S - 1>{}, whole, [&](int j, std::int64_t) {
+      const __m512i part = _mm512_maskz_loadu_epi16(mask, w[j] + whole);
+      return reinterpret_cast<__m512bh>(_mm512_shuffle_i32x4(part, part, 0));
+    });
+  }
+  if constexpr (S == 2)
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < KT; ++j) acc[0][g][j] = _mm512_add_ps(acc[0][g][j], acc[1][g][j]);
+  const auto* bias = static_cast<const BFloat16*>(p.bias);
+  alignas(16) float bias4[4] = {};
+  if (bias != nullptr)
+    for (int j = 0; j < kt; ++j) bias4[j] = to_float(bias[k0 + j]);
+  const __m512 bias_lanes = _mm512_broadcast_f32x4(_mm_load_ps(bias4));
+  auto* y = static_cast<BFloat16*>(p.y);
+  for (int g = 0; g < G; ++g) {
+    const __m512 sums = _mm512_add_ps(quad_lane_sums(acc[0][g][0], acc[0][g][1], acc[0][g][2], acc[0][g][3]), bias_lanes);
+    alignas(32) BFloat16 out[16];  // row-major, 4 outputs a row, rounded as to_bfloat16 rounds
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out), round16_from_float<BFloat16>(sums));
+    const std::int64_t b0 = 4 * (q0 + g);
+    const int rows = static_cast<int>(std::min<std::int64_t>(4, p.B - b0));
+    for (int i = 0; i < rows; ++i) {
+      BFloat16* row = y + (b0 + i) * p.y_stride_b + k0 * p.y_stride_k;
+      if (kt == KT && p.y_stride_k == 1)
+        std::memcpy(row, out + 4 * i, 4 * sizeof(BFloat16));
+      else
+        for (int j = 0; j < kt; ++j) row[j * p.y_stride_k] = out[4 * i + j];
+    }
+  }
+}
+
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 
@@ -959,11 +1035,50 @@ void dot_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
   store_rows(p, c, padded_outputs, b0, rows, k0, outputs);
 }
 
+// Where dot_direct takes row quads.
+constexpr bool dot_row_quads_pay(std::int64_t B, std::int64_t RH) {
+  return B >= kRowQuadsMinRows && (B % 4 == 0 || RH <= kRowQuadsPartialMaxReduction);
+}
+
+// All of y on row quads: A's rows gathered 4 at a time (zeros past R*H, to whole 64-byte blocks)
+// and interleaved by 128-bit lanes into quads, then tiles of 4 weight rows against up to 4 quads.
+void dot_row_quads(const Problem& p, bool parallel) {
+  const std::int64_t ldq = round_up(std::max<std::int64_t>(p.RH, 1), 32);
+  const std::int64_t quad_count = ceil_div(p.B, 4);
+  auto* lines = static_cast<BFloat16*>(
+      a_scratch.bytes(static_cast<std::size_t>((4 + 4 * quad_count) * ldq) * sizeof(BFloat16)));
+  BFloat16* quads = lines + 4 * ldq;
+  for (std::int64_t q = 0; q < quad_count; ++q) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(4, p.B - 4 * q));
+    gather_rows(p, 4 * q, rows, 4, 0, static_cast<int>(ldq), static_cast<int>(ldq), lines);
+    const float* at[4];
+    for (std::int64_t c = 0; c < ldq; c += 32) {
+      for (int i = 0; i < 4; ++i) at[i] = reinterpret_cast<const float*>(lines + i * ldq + c);
+      transpose_quads_4x4(at, reinterpret_cast<float*>(quads + q * 4 * ldq + 4 * c));
+    }
+  }
+  for_each_index(ceil_div(p.K, 4), parallel, [&](std::int64_t t) {
+    const std::int64_t k0 = 4 * t;
+    const int kt = static_cast<int>(std::min<std::int64_t>(4, p.K - k0));
+    std::int64_t q = 0;
+    for (; q + 4 <= quad_count; q += 4) dot_row_quads_tile<4>(p, quads, ldq, q, k0, kt);
+    switch (quad_count - q) {
+      case 3: dot_row_quads_tile<3>(p, quads, ldq, q, k0, kt); break;
+      case 2: dot_row_quads_tile<2>(p, quads, ldq, q, k0, kt); break;
+      case 1: dot_row_quads_tile<1>(p, quads, ldq, q, k0, kt); break;
+      default: break;
+    }
+  });
+}
 // The dot kernel for short batches, where packing the weight costs more than its reuse by B
 // rows saves: A's rows gathered once (B * RH bfloat16), then each weight row read once in place
 // against 4 rows of A at a time (threads split the weight's rows).
 void dot_direct(const Problem& p) {
   if (p.B == 0 || p.K == 0) return;
+  if (dot_row_quads_pay(p.B, p.RH)) {
+    dot_row_quads(p, direct_parallel_pays(p));
+    return;
+  }
   // An even row stride: gather_rows writes pairs of a transposed view as 32-bit words.
   const int lda = static_cast<int>(round_up(std::max<std::int64_t>(p.RH, 1), 2));
   auto* rows = static_cast<BFloat16*>(a_scratch.bytes(static_cast<std::size_t>(p.B * lda) * sizeof(BFloat16)));
