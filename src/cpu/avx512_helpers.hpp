@@ -256,6 +256,19 @@ inline void transpose_quads_4x4(const float* const rows[4], float* out) {
   _mm512_storeu_ps(out + 32, _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0)));
   _mm512_storeu_ps(out + 48, _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
+
+// Four lines of `line_bytes` (a multiple of 64) from `lines`, one after another, interleaved by
+// 128-bit lanes into `quad`: line i's k-th 16 bytes go to quad's (4k + i)-th, whatever the
+// element type (the row quads' layout).
+inline void interleave_row_quad(const void* lines, std::int64_t line_bytes, void* quad) {
+  const auto* in = static_cast<const float*>(lines);
+  auto* out = static_cast<float*>(quad);
+  const std::int64_t line_floats = line_bytes / 4;
+  for (std::int64_t c = 0; c < line_floats; c += 16) {
+    const float* const at[4] = {in + c, in + line_floats + c, in + 2 * line_floats + c, in + 3 * line_floats + c};
+    transpose_quads_4x4(at, out + 4 * c);
+  }
+}
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 

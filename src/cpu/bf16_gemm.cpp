@@ -1035,11 +1035,6 @@ void dot_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
   store_rows(p, c, padded_outputs, b0, rows, k0, outputs);
 }
 
-// Where dot_direct takes row quads.
-constexpr bool dot_row_quads_pay(std::int64_t B, std::int64_t RH) {
-  return B >= kRowQuadsMinRows && (B % 4 == 0 || RH <= kRowQuadsPartialMaxReduction);
-}
-
 // All of y on row quads: A's rows gathered 4 at a time (zeros past R*H, to whole 64-byte blocks)
 // and interleaved by 128-bit lanes into quads, then tiles of 4 weight rows against up to 4 quads.
 void dot_row_quads(const Problem& p, bool parallel) {
@@ -1051,23 +1046,10 @@ void dot_row_quads(const Problem& p, bool parallel) {
   for (std::int64_t q = 0; q < quad_count; ++q) {
     const int rows = static_cast<int>(std::min<std::int64_t>(4, p.B - 4 * q));
     gather_rows(p, 4 * q, rows, 4, 0, static_cast<int>(ldq), static_cast<int>(ldq), lines);
-    const float* at[4];
-    for (std::int64_t c = 0; c < ldq; c += 32) {
-      for (int i = 0; i < 4; ++i) at[i] = reinterpret_cast<const float*>(lines + i * ldq + c);
-      transpose_quads_4x4(at, reinterpret_cast<float*>(quads + q * 4 * ldq + 4 * c));
-    }
+    interleave_row_quad(lines, ldq * std::int64_t{sizeof(BFloat16)}, quads + q * 4 * ldq);
   }
-  for_each_index(ceil_div(p.K, 4), parallel, [&](std::int64_t t) {
-    const std::int64_t k0 = 4 * t;
-    const int kt = static_cast<int>(std::min<std::int64_t>(4, p.K - k0));
-    std::int64_t q = 0;
-    for (; q + 4 <= quad_count; q += 4) dot_row_quads_tile<4>(p, quads, ldq, q, k0, kt);
-    switch (quad_count - q) {
-      case 3: dot_row_quads_tile<3>(p, quads, ldq, q, k0, kt); break;
-      case 2: dot_row_quads_tile<2>(p, quads, ldq, q, k0, kt); break;
-      case 1: dot_row_quads_tile<1>(p, quads, ldq, q, k0, kt); break;
-      default: break;
-    }
+  for_each_row_quads_tile(p.B, p.K, parallel, [&](auto G, std::int64_t q0, std::int64_t k0, int kt) {
+    dot_row_quads_tile<decltype(G)::value>(p, quads, ldq, q0, k0, kt);
   });
 }
 // The dot kernel for short batches, where packing the weight costs more than its reuse by B
@@ -1075,7 +1057,7 @@ void dot_row_quads(const Problem& p, bool parallel) {
 // against 4 rows of A at a time (threads split the weight's rows).
 void dot_direct(const Problem& p) {
   if (p.B == 0 || p.K == 0) return;
-  if (dot_row_quads_pay(p.B, p.RH)) {
+  if (row_quads_pay(p.B, p.RH)) {
     dot_row_quads(p, direct_parallel_pays(p));
     return;
   }

@@ -1293,16 +1293,11 @@ constexpr int kQuadLaneElements = 16 / static_cast<int>(sizeof(Acc));
 template <class Acc>
 void gather_row_quads(const Problem& p, Acc* __restrict lines, Acc* __restrict quads) {
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
-  constexpr int kPerVector = 64 / static_cast<int>(sizeof(Acc));
   for (std::int64_t q = 0; q < ceil_div(p.B, 4); ++q) {
     const int rows = static_cast<int>(std::min<std::int64_t>(4, p.B - 4 * q));
     gather_padded_rows<Acc, Acc>(p, 4 * q, rows, lines);
     std::fill(lines + rows * lda, lines + 4 * lda, Acc(0));
-    const float* at[4];
-    for (std::int64_t c = 0; c < lda; c += kPerVector) {
-      for (int i = 0; i < 4; ++i) at[i] = reinterpret_cast<const float*>(lines + i * lda + c);
-      transpose_quads_4x4(at, reinterpret_cast<float*>(quads + q * 4 * lda + 4 * c));
-    }
+    interleave_row_quad(lines, lda * std::int64_t{sizeof(Acc)}, quads + q * 4 * lda);
   }
 }
 
@@ -1397,11 +1392,10 @@ void row_quads_tile(const Problem& p, const Acc* quads, std::int64_t q0, std::in
   }
 }
 
-// Where the direct path takes row quads (block_tasks.hpp's bounds), unless gathered columns do.
+// Where the direct path takes row quads: block_tasks.hpp's bounds, unless gathered columns do.
 template <class Acc>
-constexpr bool row_quads_pay(std::int64_t B, std::int64_t RH) {
-  return B >= kRowQuadsMinRows && (B % 4 == 0 || RH <= kRowQuadsPartialMaxReduction) &&
-         !gathered_columns_pay<Acc>(B, RH);
+constexpr bool direct_row_quads_pay(std::int64_t B, std::int64_t RH) {
+  return row_quads_pay(B, RH) && !gathered_columns_pay<Acc>(B, RH);
 }
 
 // All of y on row quads: `buf` holds 4 gathered lines, then the quads (gather_row_quads); tiles of
@@ -1411,18 +1405,8 @@ void row_quads(const Problem& p, Acc* __restrict buf, bool parallel) {
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
   Acc* quads = buf + 4 * lda;
   gather_row_quads(p, buf, quads);
-  const std::int64_t quad_count = ceil_div(p.B, 4);
-  for_each_index(ceil_div(p.K, 4), parallel, [&](std::int64_t t) {
-    const std::int64_t k0 = 4 * t;
-    const int kt = static_cast<int>(std::min<std::int64_t>(4, p.K - k0));
-    std::int64_t q = 0;
-    for (; q + 4 <= quad_count; q += 4) row_quads_tile<Acc, 4>(p, quads, q, k0, kt);
-    switch (quad_count - q) {
-      case 3: row_quads_tile<Acc, 3>(p, quads, q, k0, kt); break;
-      case 2: row_quads_tile<Acc, 2>(p, quads, q, k0, kt); break;
-      case 1: row_quads_tile<Acc, 1>(p, quads, q, k0, kt); break;
-      default: break;
-    }
+  for_each_row_quads_tile(p.B, p.K, parallel, [&](auto G, std::int64_t q0, std::int64_t k0, int kt) {
+    row_quads_tile<Acc, decltype(G)::value>(p, quads, q0, k0, kt);
   });
 }
 #pragma GCC diagnostic pop
@@ -1525,14 +1509,14 @@ void weight_rows_tiles(const Problem& p, std::int64_t k0, std::int64_t panel0, s
 // reads it). A's rows are gathered once into rows_buf (B * direct_row_stride accumulators); then
 // each weight row is read once, straight from memory, against up to 4 rows of A at a time, 4
 // weight rows a tile (a single row of A on AVX-512 against short weight rows: 16 weight rows a
-// tile; float32 and float64 on AVX-512, where row_quads_pay, up to 16 rows as 4 row quads);
+// tile; float32 and float64 on AVX-512, where direct_row_quads_pay, up to 16 rows as 4 row quads);
 // threads split the weight's rows.
 template <class In, class Acc>
 void direct_rows(const Problem& p, Acc* __restrict rows_buf) {
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
 #if GATHER_GEMM_AVX512
   if constexpr (std::is_same_v<In, Acc>)
-    if (p.weight_stride_c == 1 && row_quads_pay<Acc>(p.B, p.RH)) {
+    if (p.weight_stride_c == 1 && direct_row_quads_pay<Acc>(p.B, p.RH)) {
       row_quads(p, rows_buf, direct_parallel_pays(p, Tiling<Acc>::kFlopWeight));
       return;
     }
