@@ -1048,7 +1048,7 @@ void dot_row_quads(const Problem& p, bool parallel) {
     gather_rows(p, 4 * q, rows, 4, 0, static_cast<int>(ldq), static_cast<int>(ldq), lines);
     interleave_row_quad(lines, ldq * std::int64_t{sizeof(BFloat16)}, quads + q * 4 * ldq);
   }
-  for_each_row_quads_tile(p.B, p.K, parallel, [&](auto G, std::int64_t q0, std::int64_t k0, int kt) {
+  for_each_direct_tile(quad_count, p.K, parallel, [&](auto G, std::int64_t q0, std::int64_t k0, int kt) {
     dot_row_quads_tile<decltype(G)::value>(p, quads, ldq, q0, k0, kt);
   });
 }

@@ -143,26 +143,6 @@ constexpr bool row_quads_pay(std::int64_t B, std::int64_t RH) {
   return B >= kRowQuadsMinRows && (B % 4 == 0 || RH <= kRowQuadsPartialMaxReduction);
 }
 
-// The row quads' split: tile(std::integral_constant<int, G>{}, q0, k0, kt) for every tile of
-// kt <= 4 weight rows from k0 by G <= 4 of the ceil(B / 4) quads from q0; tiles of 4 weight rows go
-// to the OpenMP threads where `parallel`.
-template <class Tile>
-void for_each_row_quads_tile(std::int64_t B, std::int64_t K, bool parallel, Tile&& tile) {
-  const std::int64_t quads = ceil_div(B, 4);
-  for_each_index(ceil_div(K, 4), parallel, [&](std::int64_t t) {
-    const std::int64_t k0 = 4 * t;
-    const int kt = static_cast<int>(std::min<std::int64_t>(4, K - k0));
-    std::int64_t q = 0;
-    for (; q + 4 <= quads; q += 4) tile(std::integral_constant<int, 4>{}, q, k0, kt);
-    switch (quads - q) {
-      case 3: tile(std::integral_constant<int, 3>{}, q, k0, kt); break;
-      case 2: tile(std::integral_constant<int, 2>{}, q, k0, kt); break;
-      case 1: tile(std::integral_constant<int, 1>{}, q, k0, kt); break;
-      default: break;
-    }
-  });
-}
-
 // The weight rows of a direct-path tile of kt <= KT outputs from k0 (along a unit stride). Rows
 // past kt repeat the last one, so that the tile's loops keep a fixed count; their sums are dropped.
 template <class In, int KT>
@@ -174,7 +154,7 @@ void direct_tile_weight_rows(const Problem& p, std::int64_t k0, int kt, const In
 // The direct paths' split (no packing: each weight row read once against a few rows of A):
 // tile(std::integral_constant<int, BT>{}, b0, k0, kt) for every tile of kt <= KT weight rows
 // from k0 by BT <= 4 rows of A from b0; tiles of KT weight rows go to the OpenMP threads where
-// `parallel`.
+// `parallel`. Row quads split this way too, passing their count of quads, ceil(B / 4), as B.
 template <int KT = 4, class Tile>
 void for_each_direct_tile(std::int64_t B, std::int64_t K, bool parallel, Tile&& tile) {
   for_each_index(ceil_div(K, KT), parallel, [&](std::int64_t t) {

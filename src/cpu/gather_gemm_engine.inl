@@ -1405,7 +1405,7 @@ void row_quads(const Problem& p, Acc* __restrict buf, bool parallel) {
   const std::int64_t lda = direct_row_stride<Acc>(p.RH);
   Acc* quads = buf + 4 * lda;
   gather_row_quads(p, buf, quads);
-  for_each_row_quads_tile(p.B, p.K, parallel, [&](auto G, std::int64_t q0, std::int64_t k0, int kt) {
+  for_each_direct_tile(ceil_div(p.B, 4), p.K, parallel, [&](auto G, std::int64_t q0, std::int64_t k0, int kt) {
     row_quads_tile<Acc, decltype(G)::value>(p, quads, q0, k0, kt);
   });
 }
