@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from gather_linear import kernelbench
-from support import DEVICES
+from support import DEVICES, reference_forward
+from test_module import REPLACEMENTS, replace_parameters
 
 VARIANTS = [
     {},  # the seed problem
@@ -74,3 +75,18 @@ def test_model_new_trains_like_model():
     model_new(x).square().sum().backward()
     for (name, p), p_new in zip(model.named_parameters(), model_new.parameters()):
         torch.testing.assert_close(p_new.grad, p.grad, msg=f"grad of {name}")
+
+
+# Not the old weight_norm: its forward pre-hook belongs to proj, which ModelNew reads but never calls.
+@pytest.mark.parametrize("case", [case for case in REPLACEMENTS if case != "old_weight_norm"] + ["replaced_proj"])
+def test_model_new_sees_the_parameters_model_would(case):
+    # ModelNew reads proj and its parameters from _modules and _parameters: what replaces them
+    # must reach its forward as it reaches Model's.
+    model_new = construct(kernelbench.ModelNew, "cpu")
+    if case == "replaced_proj":
+        model_new.proj = torch.nn.Linear(kernelbench.R * kernelbench.H, kernelbench.K)
+        (weight, bias), forward = (model_new.proj.weight, model_new.proj.bias), model_new
+    else:
+        (weight, bias), forward = replace_parameters(model_new, case, "proj")
+    (x,) = kernelbench.get_inputs()
+    torch.testing.assert_close(forward(x), reference_forward(x, weight, bias))
