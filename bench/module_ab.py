@@ -2,22 +2,23 @@
 """The Python layer of the modules, one revision against another: GatherLinear's and ModelNew's
 forwards as written at BASE_REV and as in the working tree, on the seed problem, taking turns in one
 process (both call the installed operator, so only their Python differs). Per-call times of calls
-back to back; ratio = working tree / BASE_REV, per round; quartiles over the rounds.
+back to back (torch_bench's timers: the wall clock on the CPU, an event pair on the GPU); ratio =
+working tree / BASE_REV, per round; quartiles over the rounds.
 
     python3 bench/module_ab.py BASE_REV [--device cpu|cuda] [--rounds 41] [--csv out.csv]
 """
 
 import argparse
-import csv
 import importlib.util
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+
+from torch_bench import timer_for, write_csv
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = {"GatherLinear": "python/gather_linear/module.py", "ModelNew": "python/gather_linear/kernelbench.py"}
@@ -42,17 +43,6 @@ def model_pair(name, source, base_rev, folder):
     return models
 
 
-def per_call_us(model, x, calls, device):
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter_ns()
-    for _ in range(calls):
-        model(x)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter_ns() - start) / calls / 1e3
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("base_rev")
@@ -65,18 +55,20 @@ def main():
     with tempfile.TemporaryDirectory() as folder:
         pairs = {name: [m.to(args.device) for m in model_pair(name, source, args.base_rev, Path(folder))]
                  for name, source in SOURCES.items()}
-    x = torch.randn(R, B, H, device=args.device)
+    sets = [(torch.randn(R, B, H, device=args.device),)]
+    x = sets[0][0]
+    timer = timer_for(args.device)
     for mode in ("no_grad", "grad_enabled"):
         with torch.no_grad() if mode == "no_grad" else torch.enable_grad():
             for name, (base, working) in pairs.items():
                 if not torch.equal(base(x), working(x)):
                     sys.exit(f"{name}: the two revisions' outputs differ")
                 for model in (base, working):
-                    per_call_us(model, x, args.calls, args.device)  # warm-up
+                    timer(model, sets, args.calls)  # warm-up
                 base_us, working_us = [], []
                 for _ in range(args.rounds):
-                    base_us.append(per_call_us(base, x, args.calls, args.device))
-                    working_us.append(per_call_us(working, x, args.calls, args.device))
+                    base_us.append(timer(base, sets, args.calls))
+                    working_us.append(timer(working, sets, args.calls))
                 ratios = [w / b for w, b in zip(working_us, base_us)]
                 q25, median, q75 = statistics.quantiles(ratios, n=4)
                 rows.append(dict(device=args.device, mode=mode, model=name, base=args.base_rev, rounds=args.rounds,
@@ -85,10 +77,7 @@ def main():
                                  ratio_q25=f"{q25:.3f}", ratio_median=f"{median:.3f}", ratio_q75=f"{q75:.3f}"))
                 print(",".join(map(str, rows[-1].values())), flush=True)
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.csv, rows)
 
 
 if __name__ == "__main__":
