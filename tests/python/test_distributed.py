@@ -2,11 +2,15 @@
 torch.distributed, one process per device: data-parallel training of GatherLinear against
 nn.Linear (DistributedDataParallel, and FSDP2's fully_shard), and a tensor-parallel activation
 gathered from every rank into one (R, B, H) buffer that the op reads in place (the "virtual
-all-gather"). The distributed tests run on the CPU too (gloo, two processes), so CI covers them;
-on CUDA (NCCL) they need two GPUs."""
+all-gather"), and the op on DTensors: forward and backward on every sharding it runs without
+communication, and GatherLinear trained as a column-wise and a row-wise tensor-parallel layer.
+The distributed tests run on the CPU too (gloo, two processes), so CI covers them; on CUDA (NCCL)
+they need two GPUs (one DTensor test runs on one)."""
 
 import datetime
 import gc
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,11 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_module, distribute_tensor
+from torch.distributed.tensor.debug import CommDebugMode
 from torch.nn.parallel import DistributedDataParallel
 
 import gather_linear
-from support import assert_matches_reference, gradients_three_ways, make_inputs, reference_forward
+from support import (assert_matches_reference, gradients, gradients_three_ways, make_inputs, reference_forward,
+                     requiring_grad)
 
 WORLD = 2
 DISTRIBUTED_DEVICES = [pytest.param("cpu", id="cpu_gloo"), pytest.param("cuda", id="cuda_nccl", marks=pytest.mark.gpu)]
@@ -97,21 +103,21 @@ def test_second_gpu_graph_capture():
 
 # ---- torch.distributed: one process per device ----
 
-def spawn(body, device_type, tmp_path, *args):
-    """Runs body(rank, device, *args) in WORLD processes, one per device, in one process group."""
-    if device_type == "cuda":
+def spawn(body, device_type, tmp_path, *args, world=WORLD):
+    """Runs body(rank, device, *args) in `world` processes, one per device, in one process group."""
+    if device_type == "cuda" and world > 1:
         needs_two_gpus()
-    mp.spawn(rank_main, args=(device_type, str(tmp_path / "rendezvous"), body, *args), nprocs=WORLD)
+    mp.spawn(rank_main, args=(device_type, str(tmp_path / "rendezvous"), world, body, *args), nprocs=world)
 
 
-def rank_main(rank, device_type, rendezvous, body, *args):
+def rank_main(rank, device_type, rendezvous, world, body, *args):
     """Joins the process group (NCCL on CUDA, gloo on the CPU), runs the body on this rank's
     device, and leaves the group only once every object the body made is gone: a DDP or FSDP
     wrapper that outlived the group could hang or abort the process on its way out."""
     if device_type == "cuda":
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=f"file://{rendezvous}",
-                            rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=120))
+                            rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     try:
         body(rank, torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu"), *args)
         gc.collect()  # the wrappers' reference cycles too
@@ -182,3 +188,140 @@ def project_gathered_shards(rank, device, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_tensor_parallel_shards_gathered_in_place(device_type, dtype, tmp_path):
     spawn(project_gathered_shards, device_type, tmp_path, dtype)
+
+
+# ---- DTensor: the op on sharded tensors (gather_linear.dtensor) ----
+
+# The placements forward runs on each rank's shards without communication (x, weight, bias; y).
+# Row-wise takes a replicated bias, which DTensor makes Partial by division, without communication.
+SHARDINGS = {
+    "replicated": ((Replicate(), Replicate(), Replicate()), Replicate()),
+    "batch_rows": ((Shard(1), Replicate(), Replicate()), Shard(0)),
+    "column_wise": ((Replicate(), Shard(0), Shard(0)), Shard(1)),
+    "row_wise": ((Shard(0), Shard(1), Replicate()), Partial()),
+    "partial_x": ((Partial(), Replicate(), Partial()), Partial()),
+    "partial_weight": ((Replicate(), Partial(), Partial()), Partial()),
+}
+
+
+def run_on_dtensors(rank, device, dtype):
+    world = dist.get_world_size()
+    mesh = init_device_mesh(device.type, (world,))
+    # Odd rows and outputs (uneven shards); R = 3 does not split into whole slices on two ranks,
+    # so row-wise placements are redistributed there. The first two are small enough that autograd
+    # takes the backward op on any CPU, the third large enough for ATen's composition on some
+    # (python/csrc/autograd.cpp).
+    for R, B, H, K in [(4, 13, 32, 57), (3, 8, 16, 24), (4, 64, 32, 96)]:
+        for name, (placements, y_placement) in SHARDINGS.items():
+            for bias in (True, False):
+                case = f"{name}, {(R, B, H, K)}, bias={bias}"
+                full = make_inputs(R, B, H, K, dtype=dtype, device=device, bias=bias, seed=7)  # alike on every rank
+                leaves = [None if t is None else distribute_tensor(t, mesh, [p]).requires_grad_()
+                          for t, p in zip(full.as_tuple(), placements)]
+                with CommDebugMode() as communication:
+                    y = gather_linear.forward(*leaves)
+                whole_slices = R % world == 0 or name != "row_wise"
+                if world > 1:
+                    assert (communication.get_total_counts() == 0) == whole_slices, case
+                if whole_slices:
+                    assert y.placements == (y_placement,), case
+                torch_result = reference_forward(*full.to(dtype).as_tuple())
+                assert_matches_reference(y.full_tensor(), torch_result,
+                                         reference_forward(*full.to(torch.float64).as_tuple()), dtype, what=case)
+
+                grad_y = torch.randn(B, K, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+                y.full_tensor().backward(grad_y.to(device=device, dtype=dtype))
+                everything = ("x", "weight", "bias")
+                torch_grads = gradients(reference_forward, requiring_grad(full.to(dtype), everything),
+                                        grad_y.to(device=device, dtype=dtype))
+                exact = gradients(reference_forward, requiring_grad(full.to(torch.float64), everything),
+                                  grad_y.to(device))
+                for leaf, gradient in zip(leaves, everything):
+                    if leaf is not None:
+                        assert_matches_reference(leaf.grad.full_tensor(), torch_grads[gradient], exact[gradient],
+                                                 dtype, what=f"grad of {gradient}, {case}")
+
+
+@pytest.mark.parametrize("device_type", DISTRIBUTED_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_dtensor_shardings_forward_and_backward(device_type, dtype, tmp_path):
+    spawn(run_on_dtensors, device_type, tmp_path, dtype)
+
+
+@pytest.mark.gpu
+def test_dtensor_on_one_gpu(tmp_path):
+    # One rank: the CUDA kernels and the backward op's DTensor rule under DTensor's dispatch.
+    spawn(run_on_dtensors, "cuda", tmp_path, torch.float32, world=1)
+
+
+def train_sharded_beside_linear(rank, device, style):
+    # GatherLinear's parameters sharded as a tensor-parallel layer's (distribute_module), trained
+    # beside nn.Linear on the concatenation, unsharded: every rank sees the same batches.
+    R, B, H, K = 4, 12, 32, 56
+    weight_placement, bias_placement, x_placement = {
+        "column_wise": (Shard(0), Shard(0), Replicate()),  # each rank its outputs
+        "row_wise": (Shard(1), Replicate(), Shard(0)),  # each rank its slices (heads) of x
+    }[style]
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    torch.manual_seed(0)
+    ours = gather_linear.GatherLinear(R, H, K).to(device)
+    linear = nn.Linear(R * H, K).to(device)
+    linear.load_state_dict(ours.state_dict())
+
+    def shard_parameters(name, module, mesh):
+        for parameter_name, placement in (("weight", weight_placement), ("bias", bias_placement)):
+            sharded = distribute_tensor(getattr(module, parameter_name).detach(), mesh, [placement])
+            module.register_parameter(parameter_name, nn.Parameter(sharded))
+
+    distribute_module(ours, mesh, shard_parameters)
+    optimizers = [torch.optim.SGD(model.parameters(), lr=0.5) for model in (ours, linear)]
+    data = torch.Generator().manual_seed(100)
+    for _ in range(3):
+        x, target = torch.randn(R, B, H, generator=data).to(device), torch.randn(B, K, generator=data).to(device)
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        F.mse_loss(ours(distribute_tensor(x, mesh, [x_placement])).full_tensor(), target).backward()
+        F.mse_loss(linear(torch.cat(list(x), dim=-1)), target).backward()
+        for optimizer in optimizers:
+            optimizer.step()
+    for name, placement in (("weight", weight_placement), ("bias", bias_placement)):
+        mine = getattr(ours, name)
+        assert isinstance(mine, DTensor) and mine.placements == (placement,), name  # still sharded as placed
+        torch.testing.assert_close(whole(mine), whole(getattr(linear, name)), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device_type", DISTRIBUTED_DEVICES)
+@pytest.mark.parametrize("style", ["column_wise", "row_wise"])
+def test_sharded_module_trains_like_linear(style, device_type, tmp_path):
+    spawn(train_sharded_beside_linear, device_type, tmp_path, style)
+
+
+IMPORT_ORDER_SCRIPT = """
+import sys
+import torch
+{first}
+{second}
+assert "gather_linear.dtensor" in sys.modules
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1,))
+x, weight = torch.randn(4, 12, 32), torch.randn(56, 128)
+y = gather_linear.forward(distribute_tensor(x, mesh, [Shard(1)]), distribute_tensor(weight, mesh, [Shard(0)]))
+assert torch.equal(y.full_tensor(), gather_linear.forward(x, weight))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("gather_linear_first", [True, False], ids=["gather_linear_first", "dtensor_first"])
+def test_dtensor_support_whichever_package_comes_first(gather_linear_first, tmp_path):
+    # gather_linear.dtensor is imported along with torch.distributed.tensor, not before: that one's
+    # import takes about 0.4 s.
+    ours = 'import gather_linear\nassert "gather_linear.dtensor" not in sys.modules'
+    theirs = "import torch.distributed.tensor"
+    if not gather_linear_first:
+        ours = "import gather_linear"
+    first, second = (ours, theirs) if gather_linear_first else (theirs, ours)
+    script = IMPORT_ORDER_SCRIPT.format(first=first, second=second)
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "rendezvous")], check=True, timeout=120)
