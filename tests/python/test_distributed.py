@@ -325,3 +325,29 @@ def test_dtensor_support_whichever_package_comes_first(gather_linear_first, tmp_
     first, second = (ours, theirs) if gather_linear_first else (theirs, ours)
     script = IMPORT_ORDER_SCRIPT.format(first=first, second=second)
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "rendezvous")], check=True, timeout=120)
+
+
+def compile_on_dtensors(rank, device):
+    # torch.compile(fullgraph=True) over DTensors: the op's sharding strategy and the backward's
+    # DTensor rule traced (row-wise: x's slices and the weight's columns sharded), against eager.
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    full = make_inputs(4, 12, 32, 56, device=device, seed=11)
+
+    def project(x, weight, bias):
+        return torch.relu(gather_linear.forward(x, weight, bias)).full_tensor()
+
+    results = []
+    for function in (project, torch.compile(project, fullgraph=True)):
+        torch._dynamo.reset()
+        leaves = [distribute_tensor(t, mesh, [p]).requires_grad_()
+                  for t, p in zip(full.as_tuple(), (Shard(0), Shard(1), Replicate()))]
+        y = function(*leaves)
+        y.sum().backward()
+        results.append([y] + [leaf.grad.full_tensor() for leaf in leaves])
+    for name, eager, compiled in zip(("y", "x", "weight", "bias"), *results):
+        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("device_type", DISTRIBUTED_DEVICES)
+def test_compiled_on_dtensors(device_type, tmp_path):
+    spawn(compile_on_dtensors, device_type, tmp_path)
