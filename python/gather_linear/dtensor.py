@@ -55,7 +55,13 @@ def _backward_on_dtensors(cls, func, types, args, kwargs):
     R, B, H = x_size
     gradients = []
     if output_mask[0]:
-        gradients.append(grad_y.matmul(weight).reshape(B, R, H).transpose(0, 1))
+        product = grad_y.matmul(weight)  # (B, R*H)
+        try:
+            gradients.append(product.view(B, R, H).transpose(0, 1))
+        except RuntimeError:
+            # DTensor refuses a view that splits a sharded dimension where a rank holds part of
+            # a slice (R not a multiple of the ranks); split redistributes it.
+            gradients.append(torch.stack(product.split(H, dim=1)))
     if output_mask[1]:
         gradients.append(grad_y.t().matmul(x.transpose(0, 1).reshape(B, R * H)))
     if output_mask[2]:

@@ -202,6 +202,10 @@ SHARDINGS = {
     "partial_x": ((Partial(), Replicate(), Partial()), Partial()),
     "partial_weight": ((Replicate(), Partial(), Partial()), Partial()),
 }
+# Placements that no strategy takes as they are: DTensor redistributes them.
+REDISTRIBUTED = {
+    "x_slices_split": ((Shard(2), Shard(1), Replicate()), None),  # each rank part of every slice
+}
 
 
 def run_on_dtensors(rank, device, dtype):
@@ -212,7 +216,7 @@ def run_on_dtensors(rank, device, dtype):
     # takes the backward op on any CPU, the third large enough for ATen's composition on some
     # (python/csrc/autograd.cpp).
     for R, B, H, K in [(4, 13, 32, 57), (3, 8, 16, 24), (4, 64, 32, 96)]:
-        for name, (placements, y_placement) in SHARDINGS.items():
+        for name, (placements, y_placement) in (SHARDINGS | REDISTRIBUTED).items():
             for bias in (True, False):
                 case = f"{name}, {(R, B, H, K)}, bias={bias}"
                 full = make_inputs(R, B, H, K, dtype=dtype, device=device, bias=bias, seed=7)  # alike on every rank
@@ -220,10 +224,10 @@ def run_on_dtensors(rank, device, dtype):
                           for t, p in zip(full.as_tuple(), placements)]
                 with CommDebugMode() as communication:
                     y = gather_linear.forward(*leaves)
-                whole_slices = R % world == 0 or name != "row_wise"
+                runs_as_placed = name in SHARDINGS and (R % world == 0 or name != "row_wise")
                 if world > 1:
-                    assert (communication.get_total_counts() == 0) == whole_slices, case
-                if whole_slices:
+                    assert (communication.get_total_counts() == 0) == runs_as_placed, case
+                if runs_as_placed:
                     assert y.placements == (y_placement,), case
                 torch_result = reference_forward(*full.to(dtype).as_tuple())
                 assert_matches_reference(y.full_tensor(), torch_result,
