@@ -20,7 +20,7 @@ communication, wherever the placements (per mesh dimension) are one of:
 Row-wise needs the slices to split evenly (R a multiple of the mesh's size), so that each rank's
 columns of the weight are its slices' own; otherwise DTensor redistributes to another strategy.
 A bias in a Partial placement is added once in the sum: DTensor makes a replicated bias Partial by
-dividing it by the ranks' count, as it does for nn.Linear's addmm under row-wise parallelism. Any
+dividing it by the ranks' count, as it does for F.linear's under row-wise parallelism. Any
 other placements are redistributed to the cheapest of these.
 """
 
