@@ -322,10 +322,10 @@ dist.destroy_process_group()
 def test_dtensor_support_whichever_package_comes_first(gather_linear_first, tmp_path):
     # gather_linear.dtensor is imported along with torch.distributed.tensor, not before: that one's
     # import takes about 0.4 s.
-    ours = 'import gather_linear\nassert "gather_linear.dtensor" not in sys.modules'
+    ours = "import gather_linear"
+    if gather_linear_first:
+        ours += '\nassert "gather_linear.dtensor" not in sys.modules'
     theirs = "import torch.distributed.tensor"
-    if not gather_linear_first:
-        ours = "import gather_linear"
     first, second = (ours, theirs) if gather_linear_first else (theirs, ours)
     script = IMPORT_ORDER_SCRIPT.format(first=first, second=second)
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "rendezvous")], check=True, timeout=120)
