@@ -52,6 +52,20 @@ std::optional<at::Tensor> if_defined(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
+// A tensor subclass may refuse the reshapes between x's slices and the concatenation's columns:
+// DTensor does where the slices are sharded unevenly over the ranks (R not a multiple of them, a
+// rank holding part of a slice), and then the slices are split and joined instead, which it
+// redistributes. Plain tensors never take the fallback.
+template <class Reshape, class Fallback>
+at::Tensor reshaped(const at::Tensor& t, Reshape&& reshape, Fallback&& fallback) {
+  if (!t.key_set().has(c10::DispatchKey::Python)) return reshape();
+  try {
+    return reshape();
+  } catch (const std::exception&) {
+    return fallback();
+  }
+}
+
 // The composed formulas, differentiable. dX as one GEMM, dY W (B, R*H), returned as its
 // (R, B, H) view laid out (B, R, H) like the op's; dW on the concatenation (a view of a
 // head-major x, a copy otherwise).
@@ -59,8 +73,18 @@ variable_list composed_gradients(const at::Tensor& grad_y, const at::Tensor& x, 
                                  const c10::SymInt& R, const c10::SymInt& B, const c10::SymInt& H,
                                  std::array<bool, 3> wanted) {
   variable_list gradients(3);
-  if (wanted[0]) gradients[0] = grad_y.matmul(weight).view_symint({B, R, H}).transpose(0, 1);
-  if (wanted[1]) gradients[1] = grad_y.t().matmul(x.transpose(0, 1).reshape_symint({B, R * H}));
+  if (wanted[0]) {
+    const at::Tensor product = grad_y.matmul(weight);
+    gradients[0] = reshaped(
+        product, [&] { return product.view_symint({B, R, H}).transpose(0, 1); },
+        [&] { return at::stack(product.split_symint(H, 1)); });
+  }
+  if (wanted[1]) {
+    const at::Tensor concatenated = reshaped(
+        x, [&] { return x.transpose(0, 1).reshape_symint({B, R * H}); },
+        [&] { return at::cat(x.split(1, 0), 2).squeeze(0); });
+    gradients[1] = grad_y.t().matmul(concatenated);
+  }
   if (wanted[2]) gradients[2] = grad_y.sum(0);
   return gradients;
 }

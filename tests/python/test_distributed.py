@@ -3,7 +3,8 @@ torch.distributed, one process per device: data-parallel training of GatherLinea
 nn.Linear (DistributedDataParallel, and FSDP2's fully_shard), and a tensor-parallel activation
 gathered from every rank into one (R, B, H) buffer that the op reads in place (the "virtual
 all-gather"), and the op on DTensors: forward and backward on every sharding it runs without
-communication, and GatherLinear trained as a column-wise and a row-wise tensor-parallel layer.
+communication, a double backward, and GatherLinear trained as a column-wise and a row-wise
+tensor-parallel layer.
 The distributed tests run on the CPU too (gloo, two processes), so CI covers them; on CUDA (NCCL)
 they need two GPUs (one DTensor test runs on one)."""
 
@@ -250,6 +251,50 @@ def run_on_dtensors(rank, device, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_dtensor_shardings_forward_and_backward(device_type, dtype, tmp_path):
     spawn(run_on_dtensors, device_type, tmp_path, dtype)
+
+
+def first_and_second_gradients(forward, leaves, grad_y, probes, whole):
+    """The gradients of every leaf under create_graph (the composed formulas, python/csrc/autograd.cpp),
+    then those of <dX, probes[0]> + <dW, probes[1]> with respect to x and the weight."""
+    wanted = [leaf for leaf in leaves if leaf is not None]
+    first = torch.autograd.grad(whole(forward(*leaves)), wanted, grad_y, create_graph=True)
+    probed = sum((whole(gradient) * probe).sum() for gradient, probe in zip(first, probes))
+    second = torch.autograd.grad(probed, wanted[:2])
+    return [whole(g) for g in first], [whole(g) for g in second]
+
+
+def run_double_backward_on_dtensors(rank, device, dtype):
+    # create_graph composes ATen ops in C++ on DTensors. Where a rank holds part of a slice (R = 3
+    # on two ranks, or x split within its slices), DTensor refuses the views between x's slices and
+    # the concatenation's columns, and the composition splits and joins them instead.
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    for R, B, H, K in [(4, 13, 32, 57), (3, 8, 16, 24)]:
+        for name, (placements, _) in (SHARDINGS | REDISTRIBUTED).items():
+            case = f"{name}, {(R, B, H, K)}"
+            full = make_inputs(R, B, H, K, dtype=dtype, device=device, seed=11)
+            generator = torch.Generator().manual_seed(4)
+            grad_y, probe_x, probe_weight = (torch.randn(shape, generator=generator, dtype=torch.float64).to(device)
+                                             for shape in ((B, K), (R, B, H), (K, R * H)))
+            leaves = [distribute_tensor(t, mesh, [p]).requires_grad_() for t, p in zip(full.as_tuple(), placements)]
+            ours = first_and_second_gradients(gather_linear.forward, leaves, grad_y.to(dtype),
+                                              (probe_x.to(dtype), probe_weight.to(dtype)), DTensor.full_tensor)
+            expected = []
+            for precision in (dtype, torch.float64):
+                plain = requiring_grad(full.to(precision), ("x", "weight", "bias"))
+                expected.append(first_and_second_gradients(reference_forward, plain.as_tuple(), grad_y.to(precision),
+                                                           (probe_x.to(precision), probe_weight.to(precision)),
+                                                           lambda t: t))
+            (torch_first, torch_second), (exact_first, exact_second) = expected
+            for what, mine, torch_result, exact in [
+                    *zip(("grad of x", "grad of weight", "grad of bias"), ours[0], torch_first, exact_first),
+                    *zip(("d<dX, v>/dW", "d<dW, u>/dx"), reversed(ours[1]), reversed(torch_second),
+                         reversed(exact_second))]:
+                assert_matches_reference(mine, torch_result, exact, dtype, what=f"{what}, {case}")
+
+
+@pytest.mark.parametrize("device_type", DISTRIBUTED_DEVICES)
+def test_dtensor_double_backward(device_type, tmp_path):
+    spawn(run_double_backward_on_dtensors, device_type, tmp_path, torch.float32)
 
 
 @pytest.mark.gpu
