@@ -299,8 +299,10 @@ def test_dtensor_double_backward(device_type, tmp_path):
 
 @pytest.mark.gpu
 def test_dtensor_on_one_gpu(tmp_path):
-    # One rank: the CUDA kernels and the backward op's DTensor rule under DTensor's dispatch.
+    # One rank: the CUDA kernels, the backward op's DTensor rule, and the composed double backward
+    # under DTensor's dispatch.
     spawn(run_on_dtensors, "cuda", tmp_path, torch.float32, world=1)
+    spawn(run_double_backward_on_dtensors, "cuda", tmp_path, torch.float32, world=1)
 
 
 def train_sharded_beside_linear(rank, device, style):
