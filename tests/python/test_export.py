@@ -3,7 +3,10 @@ graph (never decomposed into cat and linear), with a batch size left dynamic, su
 torch.export.save/load, trains through the exported module, and compiles ahead of time into a
 package whose results are the eager module's."""
 
+import functools
 import io
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -110,8 +113,31 @@ def test_model_new_exports(device):
     assert torch.equal(exported.module()(x), model(x))
 
 
+# nn.Linear through AOTInductor, in a child process: on the project's H100 machine (torch
+# 2.11, CUDA 13) loading any CUDA package crashed the process (a segmentation fault in
+# aoti_load_package), this op or none.
+AOT_INDUCTOR_PROBE = """
+import sys, tempfile, torch
+linear = torch.nn.Linear(8, 4).to(sys.argv[1])
+exported = torch.export.export(linear, (torch.randn(2, 8, device=sys.argv[1]),))
+path = torch._inductor.aoti_compile_and_package(exported, package_path=tempfile.mkdtemp() + "/linear.pt2")
+torch._inductor.aoti_load_package(path)
+"""
+
+
+@functools.cache
+def aot_inductor_crash(device):
+    """Why AOTInductor cannot load a package on this device type, or None where it can."""
+    probe = subprocess.run([sys.executable, "-c", AOT_INDUCTOR_PROBE, device], capture_output=True, text=True)
+    if probe.returncode >= 0:
+        return None  # it loads, or fails with an error that the test itself will meet
+    return f"AOTInductor kills the process loading nn.Linear's package on {device} (signal {-probe.returncode})"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_aot_inductor_package(device, tmp_path):
+    if device != "cpu" and (crash := aot_inductor_crash(device)) is not None:
+        pytest.skip(crash)
     module, x = module_and_input(device, head_major=True)
     batch = torch.export.Dim("batch", min=1, max=4096)
     exported = torch.export.export(module, (x,), dynamic_shapes=({1: batch},))
