@@ -120,8 +120,9 @@ AOT_INDUCTOR_PROBE = """
 import sys, tempfile, torch
 linear = torch.nn.Linear(8, 4).to(sys.argv[1])
 exported = torch.export.export(linear, (torch.randn(2, 8, device=sys.argv[1]),))
-path = torch._inductor.aoti_compile_and_package(exported, package_path=tempfile.mkdtemp() + "/linear.pt2")
-torch._inductor.aoti_load_package(path)
+with tempfile.TemporaryDirectory() as directory:
+    path = torch._inductor.aoti_compile_and_package(exported, package_path=directory + "/linear.pt2")
+    torch._inductor.aoti_load_package(path)
 """
 
 
