@@ -58,10 +58,10 @@ std::optional<at::Tensor> if_defined(const at::Tensor& t) {
 // redistributes. Plain tensors never take the fallback.
 template <class Reshape, class Fallback>
 at::Tensor reshaped(const at::Tensor& t, Reshape&& reshape, Fallback&& fallback) {
-  if (!t.key_set().has(c10::DispatchKey::Python)) return reshape();
   try {
     return reshape();
   } catch (const std::exception&) {
+    if (!t.key_set().has(c10::DispatchKey::Python)) throw;
     return fallback();
   }
 }
