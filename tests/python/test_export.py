@@ -115,7 +115,7 @@ def test_model_new_exports(device):
 
 # nn.Linear through AOTInductor, in a child process: on the project's H100 machine (torch
 # 2.11, CUDA 13) loading any CUDA package crashed the process (a segmentation fault in
-# aoti_load_package), this op or none.
+# aoti_load_package), the op's package and nn.Linear's alike.
 AOT_INDUCTOR_PROBE = """
 import sys, tempfile, torch
 linear = torch.nn.Linear(8, 4).to(sys.argv[1])
@@ -128,7 +128,8 @@ with tempfile.TemporaryDirectory() as directory:
 
 @functools.cache
 def aot_inductor_crash(device):
-    """Why AOTInductor cannot load a package on this device type, or None where it can."""
+    """Why AOTInductor kills the process loading a package on this device type, or None where it
+    does not."""
     probe = subprocess.run([sys.executable, "-c", AOT_INDUCTOR_PROBE, device], capture_output=True, text=True)
     if probe.returncode >= 0:
         return None  # it loads, or fails with an error that the test itself will meet
