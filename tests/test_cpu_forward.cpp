@@ -370,17 +370,35 @@ TEST(CpuForwardAmx, DirectPathReadsAliasedWeightRowsFromTheFirstChunksCopy) {
 }
 
 // The AVX512-BF16 kernel: chosen for bfloat16 without AMX for short batches, and, on processors
-// where it outruns the float32 engine (AMD's), where x's slices run along a unit stride in whole
-// pairs or its rows sit side by side (else the engine), and refused by name otherwise.
+// where it outruns the float32 engine (AMD's), where x's slices run along a unit stride or its rows
+// sit side by side (else the engine), but for reductions of up to 16, of up to 256 on a single row,
+// and up to 16 outputs past 16 rows (the engine's); refused by name otherwise.
 TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOtherwise) {
   const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
   if (!cpu::amx_bf16_supported()) {
     EXPECT_EQ(chosen_kernel({{4, 12, 32, 56}, DType::bfloat16, Layout::head_major, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{4, 12, 31, 56}, DType::bfloat16, Layout::contiguous, true}),
-              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");  // odd H, but a short batch
-    EXPECT_EQ(chosen_kernel({{4, 24, 31, 56}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");  // odd H
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");  // odd H
+    EXPECT_EQ(chosen_kernel({{4, 24, 31, 56}, DType::bfloat16, Layout::contiguous, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");  // odd H, packed
     EXPECT_EQ(chosen_kernel({{4, 24, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
+    // Reductions of up to 16 on the engine, and single rows' of up to 256.
+    EXPECT_EQ(chosen_kernel({{4, 64, 4, 256}, DType::bfloat16, Layout::head_major, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{1, 64, 17, 256}, DType::bfloat16, Layout::contiguous, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{2, 8, 8, 1024}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{8, 1, 32, 1024}, DType::bfloat16, Layout::head_major, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{8, 1, 33, 1024}, DType::bfloat16, Layout::head_major, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{8, 2, 32, 1024}, DType::bfloat16, Layout::head_major, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    // Up to 16 outputs on the engine past 16 rows; the dot kernel's direct path keeps them.
+    EXPECT_EQ(chosen_kernel({{4, 17, 32, 16}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{4, 17, 32, 17}, DType::bfloat16, Layout::contiguous, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{4, 16, 32, 1}, DType::bfloat16, Layout::contiguous, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     // Past 16 rows, the packed path: the dot kernel's where it outruns the engine, on every
@@ -410,7 +428,8 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
       EXPECT_EQ(chosen_kernel({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");  // whole vectors
       EXPECT_EQ(chosen_kernel({{4, 12, 33, 56}, DType::bfloat16, Layout::b_unit, true}), "cpu_bf16_dot");   // packs fast
       EXPECT_EQ(chosen_kernel({{3, 12, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");  // a tail
-      EXPECT_EQ(chosen_kernel({{3, 17, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_gather_gemm");
+      EXPECT_EQ(chosen_kernel({{3, 17, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");
+      EXPECT_EQ(chosen_kernel({{3, 17, 21, 64}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
     }
   }
   EXPECT_EQ(chosen_kernel({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");
@@ -425,6 +444,21 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
   expect_library_error([&] { forward(f.x.view, f.weight.view, f.bias_view(), f.y.view, options); },
                        "options.kernel", "bfloat16 only", ErrorCode::unsupported);
   EXPECT_EQ(first_unpoisoned(f.y), std::nullopt) << "y written";
+}
+
+// The dot kernel's packed path where x's slices are an odd number of elements long, so that pairs
+// straddle them (each panel's rows gathered into a copy first): rows past 16, in whole and partial
+// 12-row panels; reductions of several 128-pair slices, whose pairs cut across slices of x, of
+// whole 16-pair steps and with a tail; H = 1 and 3; every layout of x with its slices along a unit
+// stride (broadcast rows: every row of A the same).
+TEST(CpuForwardBf16Dot, PackedPathWithPairsAcrossSlices) {
+  if (!cpu::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16 on this processor";
+  for (Shape shape : {Shape{3, 40, 301, 70}, Shape{2, 17, 129, 33}, Shape{9, 25, 57, 64}, Shape{5, 36, 1, 40},
+                      Shape{11, 29, 3, 17}, Shape{1, 24, 513, 32}})
+    for (Layout layout : {Layout::contiguous, Layout::head_major, Layout::misaligned, Layout::broadcast_rows}) {
+      const Case c{shape, DType::bfloat16, layout, true};
+      expect_accurate(c, error_with_kernel(c, "cpu_bf16_dot"), "cpu_bf16_dot");
+    }
 }
 
 // The bfloat16 kernels' direct paths, which read the weight in place. The dot kernel's (batches of

@@ -138,6 +138,21 @@ constexpr std::int64_t kDotBeatsAmxRows = 4;
 // B = 2 and 0.82-1.02x at B = 4 (docs/performance/cpu.md, "Short bfloat16 reductions of up to 4
 // rows").
 constexpr std::int64_t kEngineBeatsDotReduction = 256;
+// Without AMX (engine_beats_dot) the same holds for single rows, and any batch's reductions up to
+// this short go to the engine too. On the 2-core Zen 4 VM, forced kernels alternating in one
+// process (docs/performance/cpu.md, "Short bfloat16 reductions on the Zen 4, few outputs, and odd
+// slice widths on the dot kernel"), the engine took, at K = 256 to 4096: on single rows 0.11-0.80x
+// the dot kernel's time at R*H = 4 to 128, 0.66-1.05x at 256, 1.38-1.54x from 512; on 2 to 16
+// rows (the dot kernel's direct path) 0.26-1.00x at R*H = 4 and 16, 0.42-1.62x at 24 to 48; on 64
+// to 2048 rows (its packed path) 0.32-1.17x at R*H = 2 to 16, 0.40-1.26x at 20 and 24, and at 32
+// and more mostly above 1.
+constexpr std::int64_t kEngineBeatsDotAnyRowsReduction = 16;
+// The packed path's 32-output tiles are mostly padding for this few outputs, where the engine takes
+// rows in blocks (as against AMX, kEngineBeatsAmxOutputs): at B = 64 and 2048 with R*H = 21 to 512
+// (the same method and section) it took 0.13-0.80x the dot kernel's time at K = 1 to 8 (one cell
+// 1.20x), 0.47-1.21x at 12 and 16, and from 24 mostly more. The direct path, which sums 16
+// outputs at once, keeps them: the engine took 0.67-1.56x its time at K = 1 to 16 (B = 2 to 16).
+constexpr std::int64_t kEngineBeatsDotPackedOutputs = 16;
 // Reductions this short cost AMX about as much as one of 32 (a tile multiply's depth, zero-
 // padded), and its time goes to the float32 block it stores and rounds: the float32 engine on
 // bfloat16 widened took 0.34-0.94x AMX's time at R*H = 1 to 12 and 0.71-1.21x (median 0.90) at
@@ -758,6 +773,36 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
     }
     return;
   }
+  if (p.x_stride_h == 1) {
+    // An odd H, whose pairs straddle slices: each panel's rows are gathered first, a slice's run
+    // at a time, into a row-major copy whose words are the pairs, then transposed as above.
+    // Gathered one element at a time, (34, 250, 233, 55) had taken 2.6-4.3x the time, (21, 34, 57,
+    // 2858) 1.04-1.51x (2-core Zen 4 VM, docs/performance/cpu.md, "Short bfloat16 reductions on
+    // the Zen 4, few outputs, and odd slice widths on the dot kernel").
+    constexpr int kStagedStride = 2 * kDotSlicePairs;
+    alignas(64) BFloat16 staged[kDotRows * kStagedStride];
+    for (int i0 = 0; i0 < padded_rows; i0 += kDotRows) {
+      std::uint32_t* panel = out + static_cast<std::int64_t>(i0) * pairs;
+      const int panel_rows = std::clamp(rows - i0, 0, kDotRows);
+      gather_rows(p, b0 + i0, panel_rows, panel_rows, 2 * q0, 2 * pairs, kStagedStride, staged);
+      const auto word = [&](int i, int t) {
+        return reinterpret_cast<const std::uint32_t*>(staged + i * kStagedStride) + t;
+      };
+      int t = 0;
+      for (; t + 16 <= pairs; t += 16) {
+        const std::uint32_t* words[16] = {};  // rows past `rows` read as zeros
+        for (int i = 0; i < panel_rows; ++i) words[i] = word(i, t);
+        transpose_words_16x16(words, panel + t * kDotRows, kDotRows, kDotRows);
+      }
+      for (; t < pairs; ++t)
+        for (int i = 0; i < kDotRows; ++i) {
+          std::uint32_t pair = 0;
+          if (i < panel_rows) std::memcpy(&pair, word(i, t), sizeof pair);
+          panel[t * kDotRows + i] = pair;
+        }
+    }
+    return;
+  }
 #endif
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
   if (p.x_stride_b == 1) {
@@ -778,7 +823,7 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
     return;
   }
 #endif
-  // Any other view (strided slices, an odd H whose pairs straddle slices): one element at a time.
+  // Any other view (slices along a stride): one element at a time.
   const auto element = [&](int i, std::int64_t c) -> std::uint32_t {
     if (i >= rows || c >= p.RH) return 0;
     const std::int64_t r = c / p.H, h = c - r * p.H;
@@ -1305,6 +1350,11 @@ bool few_rows_for_dot(const Problem& p) { return bf16_dot_reads_weight_in_place(
 }  // namespace
 
 bool bf16_dot_beats_amx(const Problem& p) { return few_rows_for_dot(p) && p.RH > kEngineBeatsDotReduction; }
+
+bool engine_beats_dot(const Problem& p) {
+  return p.RH <= kEngineBeatsDotAnyRowsReduction || (p.B == 1 && p.RH <= kEngineBeatsDotReduction) ||
+         (p.K <= kEngineBeatsDotPackedOutputs && !bf16_dot_reads_weight_in_place(p));
+}
 
 bool engine_beats_amx(const Problem& p) {
   if (p.RH <= kEngineBeatsAmxReduction || p.K <= kEngineBeatsAmxOutputs) return true;

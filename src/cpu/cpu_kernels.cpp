@@ -48,12 +48,14 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 // is at most 256 long, and for reductions of up to 16, up to 8 outputs, short reductions with few
 // outputs, or those few rows with a reduction that short, where the engine wins
 // (engine_beats_amx); float16 on AMX where its split into
-// bfloat16 parts beats the engine (amx_split_beats_engine). Else AVX512-BF16 dot
+// bfloat16 parts beats the engine (amx_split_beats_engine). Else, but for reductions of up to 16,
+// of up to 256 on a single row, and up to 16 outputs past 16 rows, where the engine wins
+// (engine_beats_dot), AVX512-BF16 dot
 // products for short batches (the weight in place, x gathered once), and, on processors where they
 // outrun the float32 engine (bf16_dot_packed_beats_engine), where its packing has a fast path for
-// both operands: x's slices along a unit stride in whole pairs, or its rows side by side (the
-// backward's grad_y^T), and the weight's rows, or its columns (the backward's transposed views),
-// along a unit stride. Else the SIMD engine.
+// both operands: x's slices along a unit stride, or its rows side by side (the backward's
+// grad_y^T), and the weight's rows, or its columns (the backward's transposed views), along a unit
+// stride. Else the SIMD engine.
 const KernelEntry& choose_kernel(const Problem& p, const Options&) {
   if (p.dtype == DType::float16) return amx_split_beats_engine(p) ? kKernels[0] : kKernels[2];
   const bool dot = bf16_dot_why_not(p).empty();
@@ -61,10 +63,11 @@ const KernelEntry& choose_kernel(const Problem& p, const Options&) {
     if (dot && bf16_dot_beats_amx(p)) return kKernels[1];
     return engine_beats_amx(p) ? kKernels[2] : kKernels[0];
   }
-  const bool x_packs_fast = (p.x_stride_h == 1 && p.H % 2 == 0) || p.x_stride_b == 1;
+  const bool x_packs_fast = p.x_stride_h == 1 || p.x_stride_b == 1;
   const bool weight_packs_fast = p.weight_stride_c == 1 || p.weight_stride_k == 1;
-  if (dot && (bf16_dot_reads_weight_in_place(p) ||
-              (bf16_dot_packed_beats_engine(p) && x_packs_fast && weight_packs_fast)))
+  if (dot && !engine_beats_dot(p) &&
+      (bf16_dot_reads_weight_in_place(p) ||
+       (bf16_dot_packed_beats_engine(p) && x_packs_fast && weight_packs_fast)))
     return kKernels[1];
   return kKernels[2];
 }
