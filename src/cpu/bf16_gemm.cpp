@@ -366,11 +366,11 @@ void amx_direct_block(const WeightTile (&w)[2], bool two, std::int64_t main_dept
 // AVX512BW for the direct tiles' masked 16-bit loads: every processor with AVX512-BF16 has it, and
 // bf16_dot_supported() checks it.
 #pragma GCC target("avx512f,avx512bw,avx512bf16")
-// c (12 x 32 float32, row stride ldc) = (accumulate ? c : 0) + a (pairs x 12 words: pair q of
-// row i at a[q * 12 + i]) * the two 16-output panels w0, w1 (pairs x 16 words).
-void dot_micro_kernel(int pairs, const std::uint32_t* __restrict a, const std::uint32_t* __restrict w0,
-                      const std::uint32_t* __restrict w1, float* __restrict c, std::int64_t ldc, bool accumulate) {
-  __m512 acc[kDotRows][2];
+// acc (12 rows x 32 outputs) = a (pairs x 12 words: pair q of row i at a[q * 12 + i]) * the two
+// 16-output panels w0, w1 (pairs x 16 words).
+[[gnu::always_inline]] inline void dot_micro_tile(int pairs, const std::uint32_t* __restrict a,
+                                                  const std::uint32_t* __restrict w0,
+                                                  const std::uint32_t* __restrict w1, __m512 (&acc)[kDotRows][2]) {
 #pragma GCC unroll 12
   for (int i = 0; i < kDotRows; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int q = 0; q < pairs; ++q) {
@@ -383,11 +383,37 @@ void dot_micro_kernel(int pairs, const std::uint32_t* __restrict a, const std::u
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], pair, b1);
     }
   }
+}
+
+// c (12 x 32 float32, row stride ldc) = (accumulate ? c : 0) + the tile of a * w0, w1.
+void dot_micro_kernel(int pairs, const std::uint32_t* __restrict a, const std::uint32_t* __restrict w0,
+                      const std::uint32_t* __restrict w1, float* __restrict c, std::int64_t ldc, bool accumulate) {
+  __m512 acc[kDotRows][2];
+  dot_micro_tile(pairs, a, w0, w1, acc);
 #pragma GCC unroll 12
   for (int i = 0; i < kDotRows; ++i)
     for (int v = 0; v < 2; ++v) {
       float* out = c + i * ldc + v * kPanel;
       _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(acc[i][v], _mm512_loadu_ps(out)) : acc[i][v]);
+    }
+}
+
+// A whole tile of a reduction of one slice straight to y (12 x 32 bfloat16, row stride ldy): the
+// tile of a * w0, w1 plus `bias` (where given), rounded once, the bits store_rows gives from c.
+void dot_micro_kernel_to_y(int pairs, const std::uint32_t* __restrict a, const std::uint32_t* __restrict w0,
+                           const std::uint32_t* __restrict w1, BFloat16* __restrict y, std::int64_t ldy,
+                           const BFloat16* bias) {
+  __m512 acc[kDotRows][2];
+  dot_micro_tile(pairs, a, w0, w1, acc);
+  __m512 offset[2] = {};
+  if (bias != nullptr)
+    for (int v = 0; v < 2; ++v) offset[v] = load16_as_float(bias + v * kPanel);
+#pragma GCC unroll 12
+  for (int i = 0; i < kDotRows; ++i)
+    for (int v = 0; v < 2; ++v) {
+      // No bias, no addition: -0 + 0 would be +0.
+      const __m512 sum = bias != nullptr ? _mm512_add_ps(acc[i][v], offset[v]) : acc[i][v];
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i * ldy + v * kPanel), round16_from_float<BFloat16>(sum));
     }
 }
 
@@ -1067,17 +1093,40 @@ void dot_compute_block(const Problem& p, const BFloat16* packed, std::int64_t k_
       c_scratch.bytes(static_cast<std::size_t>(padded_rows) * padded_outputs * sizeof(float)));
   const std::int64_t panel_words = depth / 2 * kPanel;
   const auto* packed_words = reinterpret_cast<const std::uint32_t*>(packed);
+  // A reduction of one slice sends its whole tiles straight to y, and only the partial ones
+  // through c, whose second pass had cost short reductions against many outputs most: median
+  // times 0.79-0.96x on seven problems of 512 to 2048 rows with K = 2048 and 4096 (R*H = 32 to
+  // 256), 0.98-1.07x on six others (2-core Zen 4 VM, docs/performance/cpu.md, "Short bfloat16
+  // reductions on the Zen 4, few outputs, and odd slice widths on the dot kernel").
+  const bool one_slice = depth / 2 <= kDotSlicePairs && p.y_stride_k == 1;
+  const int whole_rows = one_slice ? rows / kDotRows * kDotRows : 0;
+  const int whole_outputs = one_slice ? outputs / kDotOutputs * kDotOutputs : 0;
+  auto* y = static_cast<BFloat16*>(p.y);
+  const auto* bias = static_cast<const BFloat16*>(p.bias);
   for (std::int64_t q0 = 0; q0 < depth / 2; q0 += kDotSlicePairs) {
     const int pairs = static_cast<int>(std::min<std::int64_t>(kDotSlicePairs, depth / 2 - q0));
     gather_pair_panels(p, b0, rows, padded_rows, q0, pairs, a);
     for (int jr = 0; jr < padded_outputs; jr += kDotOutputs) {
       const std::uint32_t* w0 = packed_words + ((k0 - k_block0 + jr) / kPanel) * panel_words + q0 * kPanel;
-      for (int ir = 0; ir < padded_rows; ir += kDotRows)
-        dot_micro_kernel(pairs, a + static_cast<std::int64_t>(ir) * pairs, w0, w0 + panel_words,
-                         c + static_cast<std::int64_t>(ir) * padded_outputs + jr, padded_outputs, q0 > 0);
+      for (int ir = 0; ir < padded_rows; ir += kDotRows) {
+        const std::uint32_t* panel = a + static_cast<std::int64_t>(ir) * pairs;
+        if (ir < whole_rows && jr < whole_outputs)
+          dot_micro_kernel_to_y(pairs, panel, w0, w0 + panel_words, y + (b0 + ir) * p.y_stride_b + k0 + jr,
+                                p.y_stride_b, bias ? bias + k0 + jr : nullptr);
+        else
+          dot_micro_kernel(pairs, panel, w0, w0 + panel_words, c + static_cast<std::int64_t>(ir) * padded_outputs + jr,
+                           padded_outputs, q0 > 0);
+      }
     }
   }
-  store_rows(p, c, padded_outputs, b0, rows, k0, outputs);
+  if (!one_slice) {
+    store_rows(p, c, padded_outputs, b0, rows, k0, outputs);
+    return;
+  }
+  // The partial tiles: the whole rows' last outputs, then every output of the last rows.
+  store_rows(p, c + whole_outputs, padded_outputs, b0, whole_rows, k0 + whole_outputs, outputs - whole_outputs);
+  store_rows(p, c + static_cast<std::int64_t>(whole_rows) * padded_outputs, padded_outputs, b0 + whole_rows,
+             rows - whole_rows, k0, outputs);
 }
 
 // All of y on row quads: A's rows gathered 4 at a time (zeros past R*H, to whole 64-byte blocks)
