@@ -399,6 +399,12 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{4, 16, 32, 1}, DType::bfloat16, Layout::contiguous, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    // And up to 64 outputs where an odd H's reduction is up to 64 long.
+    EXPECT_EQ(chosen_kernel({{3, 17, 21, 64}, DType::bfloat16, Layout::head_major, true}), "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{3, 17, 21, 65}, DType::bfloat16, Layout::head_major, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
+    EXPECT_EQ(chosen_kernel({{5, 17, 13, 64}, DType::bfloat16, Layout::contiguous, true}),
+              dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     EXPECT_EQ(chosen_kernel({{4, 12, 31, 56}, DType::bfloat16, Layout::b_unit, true}),
               dot ? "cpu_bf16_dot" : "cpu_gather_gemm");
     // Past 16 rows, the packed path: the dot kernel's where it outruns the engine, on every
@@ -428,8 +434,8 @@ TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOt
       EXPECT_EQ(chosen_kernel({{4, 12, 32, 56}, DType::bfloat16, Layout::strided, true}), "cpu_bf16_dot");  // whole vectors
       EXPECT_EQ(chosen_kernel({{4, 12, 33, 56}, DType::bfloat16, Layout::b_unit, true}), "cpu_bf16_dot");   // packs fast
       EXPECT_EQ(chosen_kernel({{3, 12, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");  // a tail
-      EXPECT_EQ(chosen_kernel({{3, 17, 21, 64}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");
-      EXPECT_EQ(chosen_kernel({{3, 17, 21, 64}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
+      EXPECT_EQ(chosen_kernel({{3, 17, 21, 65}, DType::bfloat16, Layout::contiguous, true}), "cpu_bf16_dot");
+      EXPECT_EQ(chosen_kernel({{3, 17, 21, 65}, DType::bfloat16, Layout::strided, true}), "cpu_gather_gemm");
     }
   }
   EXPECT_EQ(chosen_kernel({{4, 12, 32, 56}, DType::float32, Layout::contiguous, true}), "cpu_gather_gemm");

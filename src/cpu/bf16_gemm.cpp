@@ -153,6 +153,13 @@ constexpr std::int64_t kEngineBeatsDotAnyRowsReduction = 16;
 // 1.20x), 0.47-1.21x at 12 and 16, and from 24 mostly more. The direct path, which sums 16
 // outputs at once, keeps them: the engine took 0.67-1.56x its time at K = 1 to 16 (B = 2 to 16).
 constexpr std::int64_t kEngineBeatsDotPackedOutputs = 16;
+// An odd H costs the packed path a copy of A's rows (gather_pair_panels), which few outputs do not
+// repay on a short reduction: engine time over the dot kernel's, R*H = 17 to 99 (R = 1 to 63),
+// B = 256 and 2048, two runs (the same section): at K = 24 0.46-0.87x up to R*H = 45 and
+// 0.51-1.09x at 49 to 63, at K = 64 0.49-1.25x up to 63 (above 1 only with slices of 21 and 49);
+// from K = 256 mostly above 1.
+constexpr std::int64_t kEngineBeatsDotOddSliceReduction = 64;
+constexpr std::int64_t kEngineBeatsDotOddSliceOutputs = 64;
 // Reductions this short cost AMX about as much as one of 32 (a tile multiply's depth, zero-
 // padded), and its time goes to the float32 block it stores and rounds: the float32 engine on
 // bfloat16 widened took 0.34-0.94x AMX's time at R*H = 1 to 12 and 0.71-1.21x (median 0.90) at
@@ -1401,8 +1408,11 @@ bool few_rows_for_dot(const Problem& p) { return bf16_dot_reads_weight_in_place(
 bool bf16_dot_beats_amx(const Problem& p) { return few_rows_for_dot(p) && p.RH > kEngineBeatsDotReduction; }
 
 bool engine_beats_dot(const Problem& p) {
-  return p.RH <= kEngineBeatsDotAnyRowsReduction || (p.B == 1 && p.RH <= kEngineBeatsDotReduction) ||
-         (p.K <= kEngineBeatsDotPackedOutputs && !bf16_dot_reads_weight_in_place(p));
+  if (p.RH <= kEngineBeatsDotAnyRowsReduction || (p.B == 1 && p.RH <= kEngineBeatsDotReduction)) return true;
+  if (bf16_dot_reads_weight_in_place(p)) return false;
+  const bool copies_rows = p.x_stride_h == 1 && p.H % 2 != 0;
+  return p.K <= kEngineBeatsDotPackedOutputs ||
+         (copies_rows && p.RH <= kEngineBeatsDotOddSliceReduction && p.K <= kEngineBeatsDotOddSliceOutputs);
 }
 
 bool engine_beats_amx(const Problem& p) {

@@ -49,8 +49,8 @@ std::span<const KernelEntry> kernels() { return kKernels; }
 // outputs, or those few rows with a reduction that short, where the engine wins
 // (engine_beats_amx); float16 on AMX where its split into
 // bfloat16 parts beats the engine (amx_split_beats_engine). Else, but for reductions of up to 16,
-// of up to 256 on a single row, and up to 16 outputs past 16 rows, where the engine wins
-// (engine_beats_dot), AVX512-BF16 dot
+// of up to 256 on a single row, and past 16 rows up to 16 outputs (64 with an odd H's reduction
+// of up to 64), where the engine wins (engine_beats_dot), AVX512-BF16 dot
 // products for short batches (the weight in place, x gathered once), and, on processors where they
 // outrun the float32 engine (bf16_dot_packed_beats_engine), where its packing has a fast path for
 // both operands: x's slices along a unit stride, or its rows side by side (the backward's

@@ -50,8 +50,8 @@ bool bf16_dot_reads_weight_in_place(const Problem& p);
 // True where that direct path also beats AMX's (measured where both exist): up to 4 rows.
 bool bf16_dot_beats_amx(const Problem& p);
 // True where the float32 engine beats the dot kernel (without AMX) on a bfloat16 problem:
-// reductions of up to 16, or of up to 256 on a single row, and up to 16 outputs past the dot
-// kernel's direct path.
+// reductions of up to 16, or of up to 256 on a single row, and past the dot kernel's direct path up
+// to 16 outputs, or up to 64 with an odd H's reduction of up to 64.
 bool engine_beats_dot(const Problem& p);
 // True where the float32 engine beats AMX on a bfloat16 problem: reductions of up to 16, up to 8
 // outputs, or short reductions with few outputs (R*H <= 32 with K <= 32, R*H <= 24 with K <= 64).
