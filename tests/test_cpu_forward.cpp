@@ -372,7 +372,8 @@ TEST(CpuForwardAmx, DirectPathReadsAliasedWeightRowsFromTheFirstChunksCopy) {
 // The AVX512-BF16 kernel: chosen for bfloat16 without AMX for short batches, and, on processors
 // where it outruns the float32 engine (AMD's), where x's slices run along a unit stride or its rows
 // sit side by side (else the engine), but for reductions of up to 16, of up to 256 on a single row,
-// and up to 16 outputs past 16 rows (the engine's); refused by name otherwise.
+// and past 16 rows up to 16 outputs, or 64 with an odd H's reduction of up to 64 (the engine's);
+// refused by name otherwise.
 TEST(CpuForwardBf16Dot, ChosenForShortBatchesOrWhereItsPackingIsFastAndRefusedOtherwise) {
   const bool dot = !cpu::amx_bf16_supported() && cpu::bf16_dot_supported();
   if (!cpu::amx_bf16_supported()) {

@@ -767,6 +767,26 @@ void gather_rows(const Problem& p, std::int64_t b0, int rows, int padded_rows, s
   }
 }
 
+#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
+// panel[t * kDotRows + i] = the pair at first + i * row_stride + 2 * t, for t < count and i < rows
+// (up to kDotRows; the panel's other rows zeros): 16 pairs at a time transposed in registers as
+// words, as the float32 engine transposes floats.
+void transpose_pair_rows(const BFloat16* first, std::int64_t row_stride, int rows, int count, std::uint32_t* panel) {
+  int t = 0;
+  for (; t + 16 <= count; t += 16) {
+    const std::uint32_t* words[16] = {};  // rows past `rows` read as zeros
+    for (int i = 0; i < rows; ++i) words[i] = reinterpret_cast<const std::uint32_t*>(first + i * row_stride + 2 * t);
+    transpose_words_16x16(words, panel + t * kDotRows, kDotRows, kDotRows);
+  }
+  for (; t < count; ++t)
+    for (int i = 0; i < kDotRows; ++i) {
+      std::uint32_t word = 0;
+      if (i < rows) std::memcpy(&word, first + i * row_stride + 2 * t, sizeof word);
+      panel[t * kDotRows + i] = word;
+    }
+}
+#endif
+
 // Rows [b0, b0 + rows) x pairs [q0, q0 + pairs) of A gathered from x into panels of kDotRows
 // rows, pair-major: pair q of row i0 + i of a panel at panel[q * kDotRows + i], one 32-bit word
 // (the lower half the even index). Rows up to padded_rows and indices past RH are zero.
@@ -775,8 +795,7 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
   const auto* x = static_cast<const BFloat16*>(p.x);
 #ifdef GATHER_LINEAR_HAS_BF16_KERNELS
   if (p.x_stride_h == 1 && p.H % 2 == 0) {
-    // Each slice of a row is a run of whole pairs along a unit stride: 16 pairs of up to 12 rows
-    // transposed in registers as words, as the float32 engine transposes floats.
+    // Each slice of a row is a run of whole pairs along a unit stride, transposed from x itself.
     const std::int64_t slice_pairs = p.H / 2;
     const int real = static_cast<int>(std::clamp<std::int64_t>(p.RH / 2 - q0, 0, pairs));
     for (int i0 = 0; i0 < padded_rows; i0 += kDotRows) {
@@ -785,20 +804,8 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
       std::int64_t r = slice_pairs > 0 ? q0 / slice_pairs : 0, h = 2 * (q0 - r * slice_pairs);
       for (int done = 0; done < real; ++r, h = 0) {
         const int run = static_cast<int>(std::min<std::int64_t>(slice_pairs - h / 2, real - done));
-        const BFloat16* src = x + (b0 + i0) * p.x_stride_b + r * p.x_stride_r + h;
-        int t = 0;
-        for (; t + 16 <= run; t += 16) {
-          const std::uint32_t* words[16] = {};  // rows past `rows` read as zeros
-          for (int i = 0; i < panel_rows; ++i)
-            words[i] = reinterpret_cast<const std::uint32_t*>(src + i * p.x_stride_b + 2 * t);
-          transpose_words_16x16(words, panel + (done + t) * kDotRows, kDotRows, kDotRows);
-        }
-        for (; t < run; ++t)
-          for (int i = 0; i < kDotRows; ++i) {
-            std::uint32_t word = 0;
-            if (i < panel_rows) std::memcpy(&word, src + i * p.x_stride_b + 2 * t, sizeof word);
-            panel[(done + t) * kDotRows + i] = word;
-          }
+        transpose_pair_rows(x + (b0 + i0) * p.x_stride_b + r * p.x_stride_r + h, p.x_stride_b, panel_rows, run,
+                            panel + done * kDotRows);
         done += run;
       }
       std::memset(panel + real * kDotRows, 0,
@@ -818,21 +825,7 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
       std::uint32_t* panel = out + static_cast<std::int64_t>(i0) * pairs;
       const int panel_rows = std::clamp(rows - i0, 0, kDotRows);
       gather_rows(p, b0 + i0, panel_rows, panel_rows, 2 * q0, 2 * pairs, kStagedStride, staged);
-      const auto word = [&](int i, int t) {
-        return reinterpret_cast<const std::uint32_t*>(staged + i * kStagedStride) + t;
-      };
-      int t = 0;
-      for (; t + 16 <= pairs; t += 16) {
-        const std::uint32_t* words[16] = {};  // rows past `rows` read as zeros
-        for (int i = 0; i < panel_rows; ++i) words[i] = word(i, t);
-        transpose_words_16x16(words, panel + t * kDotRows, kDotRows, kDotRows);
-      }
-      for (; t < pairs; ++t)
-        for (int i = 0; i < kDotRows; ++i) {
-          std::uint32_t pair = 0;
-          if (i < panel_rows) std::memcpy(&pair, word(i, t), sizeof pair);
-          panel[t * kDotRows + i] = pair;
-        }
+      transpose_pair_rows(staged, kStagedStride, panel_rows, pairs, panel);
     }
     return;
   }
