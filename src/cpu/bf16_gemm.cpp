@@ -829,8 +829,6 @@ void gather_pair_panels(const Problem& p, std::int64_t b0, int rows, int padded_
     }
     return;
   }
-#endif
-#ifdef GATHER_LINEAR_HAS_BF16_KERNELS
   if (p.x_stride_b == 1) {
     // Rows side by side (the backward's grad_y^T, an x stored (R, H, B)): each step of a panel
     // interleaves two runs of adjacent rows, one per index of the pair.
