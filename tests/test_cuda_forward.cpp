@@ -874,8 +874,9 @@ TEST_F(CudaTest, GettWeightRowsChoices) {
       {{{16, 64, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, "bf16_weight_rows_pingpong_64x32_c4x1"},
       {{{16, 48, 128, 2048}, DType::float16, Layout::contiguous, true}, "f16_weight_rows_pingpong_64x32_c4x1"},
       {{{16, 64, 128, 2560}, DType::bfloat16, Layout::head_major, true}, "bf16_weight_rows_pingpong_64x64_c4x1"},
-      {{{32, 24, 128, 4096}, DType::float32, Layout::contiguous, true}, "tf32_weight_rows_pingpong_64x32", tf32},
-      {{{16, 32, 128, 2048}, DType::float32, Layout::head_major, false}, "tf32_weight_rows_pingpong_64x32", tf32},
+      {{{32, 24, 128, 4096}, DType::float32, Layout::contiguous, true}, "tf32_weight_rows_pingpong_64x32_c4x1", tf32},
+      {{{16, 32, 128, 2048}, DType::float32, Layout::head_major, false}, "tf32_weight_rows_pingpong_64x32_c4x1", tf32},
+      {{{32, 24, 128, 8704}, DType::float32, Layout::head_major, true}, "tf32_weight_rows_pingpong_64x32", tf32},
       {{{16, 32, 128, 2048}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 8 MB: weight-streaming
       {{{32, 16, 128, 4096}, DType::bfloat16, Layout::contiguous, true}, nullptr},   // 16 rows: weight-streaming
       {{{32, 24, 128, 4096}, DType::bfloat16, Layout::head_major, true}, nullptr},   // 24 rows: weight-streaming
@@ -948,10 +949,13 @@ TEST_F(CudaTest, GettClusteredWeightRowsFitAtOnce) {
     std::int64_t rows;  // of x: one N tile of 32, then of 64
     const char* clustered;
     const char* alone;
+    Fp32Precision precision = Fp32Precision::ieee;
   };
   const Bound bounds[] = {
       {DType::bfloat16, 32, "bf16_weight_rows_pingpong_64x32_c4x1", "bf16_weight_rows_pingpong_64x32"},
       {DType::float16, 48, "f16_weight_rows_pingpong_64x64_c4x1", "f16_weight_rows_pingpong_64x64"},
+      {DType::float32, 24, "tf32_weight_rows_pingpong_64x32_c4x1", "tf32_weight_rows_pingpong_64x32",
+       Fp32Precision::tf32},
   };
   for (const Bound& b : bounds) {
     const auto named = std::find_if(library.begin(), library.end(),
@@ -965,7 +969,7 @@ TEST_F(CudaTest, GettClusteredWeightRowsFitAtOnce) {
       const Problem p = validate_forward_args(d.x.view(), d.weight.view(), d.bias_view(), d.y.view());
       EXPECT_EQ(cuda::gett::choose(p).variant->name, std::string(K == most_tiles * 64 ? b.clustered : b.alone))
           << c << " (" << most_tiles << " tiles at once)";
-      const Options gett = options_for(kGett);
+      const Options gett = options_for(kGett, b.precision);
       expect_accurate(c, gett, cuda_error_of(c, gett));
     }
   }

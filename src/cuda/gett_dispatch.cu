@@ -61,6 +61,7 @@ std::vector<const Variant*> library_variants() {
           &f16_weight_rows_pingpong_64x64(),      &tf32_weight_rows_pingpong_64x32(),
           &bf16_weight_rows_pingpong_64x32_c4x1(), &f16_weight_rows_pingpong_64x32_c4x1(),
           &bf16_weight_rows_pingpong_64x64_c4x1(), &f16_weight_rows_pingpong_64x64_c4x1(),
+          &tf32_weight_rows_pingpong_64x32_c4x1(),
           &bf16_weight_rows_split_pingpong_64x32(), &f16_weight_rows_split_pingpong_64x32(),
           &bf16_weight_rows_split_pingpong_64x64(), &f16_weight_rows_split_pingpong_64x64(),
           &tf32_weight_rows_split_pingpong_64x32()};
@@ -144,7 +145,12 @@ MidSizeTiles mid_size_tiles(const Problem& p) {
 // 0.77-0.97x its time to 120 tiles, unclustered 0.79-1.05x (clusters behind only at 93 and 97
 // tiles, 0.96-0.97x against 0.95x); 33 to 64 rows on 64x64 tiles 0.86-0.95x from 40 to 120 tiles,
 // unclustered 0.92-1.03x. Past the bound (124-132 tiles) clusters took 1.10-1.15x, unclustered
-// 0.95-0.96x. Not measured on an H200 (also 132 SMs; the query answers for each device).
+// 0.95-0.96x. TF32's 64x32 tiles likewise, 17 to 32 rows on an H100 (bench/results/
+// gett_weight_rows_tf32_clusters*_h100_session66.csv): at 32-96 tiles clusters 0.78-0.97x
+// unfused's time, unclustered 0.80-1.05x (through the CLI, 96 tiles took 1.03x either way); at
+// 104-120 tiles within 2% of each other (0.96-1.01x against 0.95-1.03x); at 128 tiles clusters
+// 1.09-1.13x, unclustered 0.90-0.93x; in clusters of two no faster than alone. Not measured on an
+// H200 (also 132 SMs; the query answers for each device).
 bool clusters_fit_at_once(const Variant& v, const Problem& p) {
   const std::int64_t clusters_along_m = (weight_tiles(p) + v.cluster_size - 1) / v.cluster_size;
   const std::int64_t tiles_along_n = (p.B + v.tile_n - 1) / v.tile_n;
@@ -157,7 +163,10 @@ const Variant* weight_rows_variant(const Problem& p) {
   if (p.B < 17 || p.B > (tf32 ? 32 : 64) || weight_bytes < 8 * MiB || weight_bytes > (tf32 ? 256 : 128) * MiB)
     return nullptr;
   if (too_few_weight_tiles(p)) return nullptr;
-  if (tf32) return &tf32_weight_rows_pingpong_64x32();
+  if (tf32) {
+    const Variant& clustered = tf32_weight_rows_pingpong_64x32_c4x1();
+    return clusters_fit_at_once(clustered, p) ? &clustered : &tf32_weight_rows_pingpong_64x32();
+  }
   // 33 to 64 rows in one N tile of 64, unless the weight's tiles are so few (a quarter of the SMs)
   // that two N tiles of 32, each reading the weight's tile, read it faster: (16, 48-64, 128, 2048)
   // 0.96-0.97x the time of 64x64; with 64 or 128 tiles of 64x64 they took 1.01-1.38x.

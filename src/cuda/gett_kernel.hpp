@@ -72,6 +72,7 @@ const Variant& bf16_weight_rows_pingpong_64x32_c4x1();
 const Variant& f16_weight_rows_pingpong_64x32_c4x1();
 const Variant& bf16_weight_rows_pingpong_64x64_c4x1();
 const Variant& f16_weight_rows_pingpong_64x64_c4x1();
+const Variant& tf32_weight_rows_pingpong_64x32_c4x1();
 
 const Variant& bf16_weight_rows_split_pingpong_64x32();
 const Variant& f16_weight_rows_split_pingpong_64x32();
