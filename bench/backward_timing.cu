@@ -6,7 +6,8 @@
 // bias gradient alone (a column sum: its rate of reading grad_y against the memory's); the
 // backward's results are checked against the comparator's before timing.
 // With --forms, for a contiguous x instead: each way (form) the library can compute a gradient,
-// forced, to find where copying x (or gradients.x) beats R batched GEMMs of its slices.
+// forced, to find where copying x (or gradients.x) beats R batched GEMMs of its slices, and (exact
+// float32) where gradients.x on the tensor cores beats both.
 // Times: median per backward over CUDA-graph replays, the candidates interleaved, input sets
 // rotated past L2.
 //
@@ -217,7 +218,7 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
     cuda::BackwardForms forms;
     bool on_concatenation;  // x replaced by its concatenation viewed head-major
   };
-  const Candidate candidates[] = {
+  std::vector<Candidate> candidates = {
       {&weight_only, forced(InputGradientForm::zero, WeightGradientForm::slices_h_unit), false},
       {&weight_only, forced(InputGradientForm::zero, WeightGradientForm::concatenated), false},
       {&weight_only, forced(InputGradientForm::zero, WeightGradientForm::side_by_side), true},
@@ -225,6 +226,8 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
       {&x_only, forced(InputGradientForm::split, WeightGradientForm::zero), false},
       {&unsplit_x, forced(InputGradientForm::side_by_side, WeightGradientForm::zero), false},
   };
+  const bool tensor_cores = dtype == DType::float32;  // exact float32's gradients.x (3xTF32)
+  if (tensor_cores) candidates.push_back({&x_only, forced(InputGradientForm::tensor_cores, WeightGradientForm::zero), false});
   std::size_t scratch_bytes = 0;
   for (const Candidate& c : candidates)
     scratch_bytes = std::max(scratch_bytes, cuda::plan_backward(problem(0, *c.gradients), c.forms).scratch.total);
@@ -242,10 +245,14 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
   const double flops = 2.0 * s.B * s.K * RH;
   const int repeats = static_cast<int>(std::clamp(2e10 / flops, 10.0, 100.0));
   const auto t = timing::time_gpu_interleaved(launches, sets, repeats, stream);
-  std::printf("%lld,%lld,%lld,%lld,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", (long long)s.R,
-              (long long)s.B, (long long)s.H, (long long)s.K, std::string(dtype_name(dtype)).c_str(),
-              (long long)(s.B * RH), t[0].graph_us, t[1].graph_us, t[2].graph_us, t[1].graph_us / t[0].graph_us,
-              t[3].graph_us, t[4].graph_us, t[5].graph_us, t[4].graph_us / t[3].graph_us);
+  std::printf("%lld,%lld,%lld,%lld,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f", (long long)s.R, (long long)s.B,
+              (long long)s.H, (long long)s.K, std::string(dtype_name(dtype)).c_str(), (long long)(s.B * RH),
+              t[0].graph_us, t[1].graph_us, t[2].graph_us, t[1].graph_us / t[0].graph_us, t[3].graph_us,
+              t[4].graph_us, t[5].graph_us, t[4].graph_us / t[3].graph_us);
+  if (tensor_cores)
+    std::printf(",%.3f\n", t[6].graph_us);
+  else
+    std::printf(",\n");
   std::fflush(stdout);
 }
 
@@ -259,7 +266,8 @@ int main(int argc, char** argv) {
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   if (argc > 1 && std::string_view(argv[1]) == "--forms") {
     std::printf("R,B,H,K,dtype,x_elements,dw_slices_us,dw_concatenated_us,dw_gemm_only_us,"
-                "dw_concatenated_over_slices,dx_slices_us,dx_split_us,dx_gemm_only_us,dx_split_over_slices\n");
+                "dw_concatenated_over_slices,dx_slices_us,dx_split_us,dx_gemm_only_us,dx_split_over_slices,"
+                "dx_tensor_cores_us\n");
     if (argc > 2) {  // the shapes given, R,B,H,K[,f32|bf16] (bf16 when the dtype is left out)
       for (int i = 2; i < argc; ++i) {
         long long R = 0, B = 0, H = 0, K = 0;

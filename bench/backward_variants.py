@@ -48,6 +48,9 @@ SHAPES = [  # R, B, H, K, dtype
     (16, 4096, 32, 2048, torch.bfloat16),
     (32, 2048, 64, 1024, torch.float32),
     (4, 16384, 64, 8192, torch.float32),
+    (4, 4096, 256, 4096, torch.float32),
+    (32, 8192, 128, 4096, torch.float32),
+    (8, 8192, 512, 4096, torch.float32),
 ]
 CPU_SHAPES = [
     (8, 1024, 128, 1024, torch.float32),

@@ -124,6 +124,83 @@ TEST_F(CudaBackwardTest, EveryFormForced) {
       }
 }
 
+// gradients.x's tensor-core form (exact float32 on the forward's 3xTF32 kernel) forced on every
+// layout pair: it needs grad_y in 16-byte chunks (K a multiple of four, rows on 16-byte
+// boundaries) and is refused otherwise, as it is for other dtypes. The weight's gradient takes
+// the library's form.
+TEST_F(CudaBackwardTest, TensorCoreFormForced) {
+  using cuda::InputGradientForm;
+  const Shape shapes[] = {{3, 40, 16, 24}, {2, 33, 130, 20}, {4, 300, 8, 600}, {2, 33, 13, 65}, {1, 130, 72, 132}};
+  const DType float32[] = {DType::float32};
+  for (const BackwardCase& c : all_backward_cases(shapes, float32)) {
+    BackwardOperands o = make_backward_operands(c, 22);
+    DeviceBackwardOperands d(o);
+    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+    cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
+    const bool fits = c.shape.K % 4 == 0 && c.x_layout != BackwardLayout::strided &&
+                      c.x_layout != BackwardLayout::misaligned;
+    if (fits) {
+      forms.input = InputGradientForm::tensor_cores;
+    } else {
+      cuda::BackwardForms refused = forms;
+      refused.input = InputGradientForm::tensor_cores;
+      expect_library_error([&] { (void)cuda::plan_backward(p, refused); }, "gradients.x", "16-byte",
+                           ErrorCode::unsupported);
+    }
+    const cuda::BackwardPlan plan = cuda::plan_backward(p, forms);
+    DeviceBuffer scratch(plan.scratch.total);
+    cuda::run_backward(p, plan, Options{}, {scratch.data(), plan.scratch.total}, nullptr);
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    d.download(o);
+    expect_gradients_accurate(o, c, fits ? "cuda, tensor cores" : "cuda, refused tensor cores");
+  }
+  for (DType dtype : {DType::float64, DType::bfloat16}) {
+    const BackwardCase c{{3, 40, 16, 24}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
+    BackwardOperands o = make_backward_operands(c, 22);
+    DeviceBackwardOperands d(o);
+    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+    cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
+    forms.input = InputGradientForm::tensor_cores;
+    expect_library_error([&] { (void)cuda::plan_backward(p, forms); }, "gradients.x", "float32 only",
+                         ErrorCode::unsupported);
+  }
+}
+
+// Where exact float32 takes the tensor-core form for gradients.x (from 786,432 outputs with
+// K >= 1024, grad_y in 16-byte chunks), and that TF32, other dtypes and short reductions do not;
+// at one such size the backward through the library's choice against the reference.
+TEST_F(CudaBackwardTest, ExactFloat32InputGradientOnTheTensorCores) {
+  using cuda::InputGradientForm;
+  struct Expectation {
+    Shape shape;
+    DType dtype;
+    Fp32Precision precision;
+    BackwardLayout layout;
+    bool tensor_cores;
+  };
+  const Expectation expectations[] = {
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, true},
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::head_major, true},
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::tf32, BackwardLayout::contiguous, false},
+      {{8, 1024, 128, 1024}, DType::bfloat16, Fp32Precision::ieee, BackwardLayout::contiguous, false},
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::misaligned, false},
+      {{6, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, true},
+      {{6, 1023, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
+      {{8, 1024, 128, 1020}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
+      {{8, 1024, 128, 1028}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, true},
+      {{8, 1024, 128, 1026}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
+  };
+  for (const Expectation& e : expectations) {
+    const BackwardCase c{e.shape, e.dtype, e.layout, e.layout};
+    BackwardOperands o = make_backward_operands(c, 23);
+    DeviceBackwardOperands d(o);
+    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+    EXPECT_EQ(cuda::choose_forms(p, e.precision).input == InputGradientForm::tensor_cores, e.tensor_cores) << c;
+  }
+  for (BackwardLayout layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::b_unit})
+    expect_backward_accurate({{6, 1024, 128, 1028}, DType::float32, layout, layout});
+}
+
 // 600 random problems (random_problems.hpp: sizes and layouts no sweep lists, random subsets of
 // the gradients), in turn exact float32, TF32, float64, float16 and bfloat16, every fourth up to
 // 2^27 multiply-adds and the rest up to 2^21, each on a stream of the test's, against the exact

@@ -120,8 +120,8 @@ BackwardProblem resolve_backward(const TensorView& grad_y, const TensorView& x, 
   return p;
 }
 
-std::size_t needed_backward_workspace(const BackwardProblem& p) {
-  return p.forward.device.type == DeviceType::cuda ? cuda::backward_workspace_bytes(p) : 0;
+std::size_t needed_backward_workspace(const BackwardProblem& p, const Options& options) {
+  return p.forward.device.type == DeviceType::cuda ? cuda::backward_workspace_bytes(p, options.fp32_precision) : 0;
 }
 
 }  // namespace
@@ -149,14 +149,14 @@ void backward(const TensorView& grad_y, const TensorView& x, const TensorView& w
   }
   const cuda::ScopedDevice on_device(p.forward.device.index);
   Workspace workspace{};
-  if (const std::size_t need = needed_backward_workspace(p); need > 0)
+  if (const std::size_t need = needed_backward_workspace(p, options); need > 0)
     workspace = acquire_workspace(need, options, p.forward.device.index, stream, "the backward");
   cuda::run_backward(p, options, workspace, stream);
 }
 
 std::size_t backward_workspace_bytes(const TensorView& grad_y, const TensorView& x, const TensorView& weight,
                                      const Gradients& gradients, const Options& options) {
-  return needed_backward_workspace(resolve_backward(grad_y, x, weight, gradients, options));
+  return needed_backward_workspace(resolve_backward(grad_y, x, weight, gradients, options), options);
 }
 
 std::array<std::int64_t, 2> output_sizes(const TensorView& x, const TensorView& weight,

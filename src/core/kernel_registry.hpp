@@ -42,7 +42,7 @@ void check_device_arguments(const BackwardProblem& p);
 // The backward (cuda/backward.cu): what it refuses (throws gather_linear::Error, before any
 // scratch is sized), its scratch, and the work, enqueued on `stream`.
 void check_backward_supported(const BackwardProblem& p);
-std::size_t backward_workspace_bytes(const BackwardProblem& p);
+std::size_t backward_workspace_bytes(const BackwardProblem& p, Fp32Precision precision);
 void run_backward(const BackwardProblem& p, const Options& options, Workspace workspace, CudaStream stream);
 // Device scratch owned by the library for callers that bring none: one buffer per (device,
 // stream), so that work on different streams never shares one (the per-thread default stream

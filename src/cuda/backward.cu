@@ -7,7 +7,9 @@
 // Otherwise the slices run as one GEMM batched over r, except where a copy costs less
 // (copy_beats_slices) or the layout is one no GEMM can address: those take one GEMM on a
 // concatenation of x (the weight's gradient), or one GEMM into a (B, R*H) scratch that is then
-// split into gradients.x.
+// split into gradients.x. Exact float32's gradients.x at scale runs instead on the forward's
+// 3xTF32 tensor-core kernel, which reads both operands along the reduction: grad_y as it lies,
+// the weight transposed into scratch first.
 // The bias gradient sums grad_y's rows in a fixed order: split into blocks of rows, then the
 // blocks' partial sums in order, so the result does not depend on scheduling.
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "cuda/cublaslt_matmul.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_types.cuh"
+#include "cuda/mma_gemm_kernel.hpp"
 #include "cuda/unfused_cublaslt.hpp"
 
 namespace gather_linear::cuda {
@@ -66,6 +69,38 @@ __global__ void split_kernel(const T* __restrict__ in, std::int64_t B, std::int6
     else
       *reinterpret_cast<uint4*>(out + r * stride_r + b * stride_b + h) = *reinterpret_cast<const uint4*>(in + e);
   }
+}
+
+// out[j * rows + i] = in[i * ld + j]: a (rows x cols) float32 matrix transposed (the weight, for
+// gradients.x on the tensor cores). 32 x 32 tiles pass through shared memory so that reads and
+// writes both coalesce.
+constexpr int kTransposeTile = 32, kTransposePasses = 8;
+
+__global__ void __launch_bounds__(kTransposeTile* kTransposePasses)
+    transpose_kernel(const float* __restrict__ in, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                     float* __restrict__ out) {
+  __shared__ float tile[kTransposeTile][kTransposeTile + 1];
+  const std::int64_t row_tiles = (rows + kTransposeTile - 1) / kTransposeTile;
+  const std::int64_t tiles = row_tiles * ((cols + kTransposeTile - 1) / kTransposeTile);
+  for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const std::int64_t i0 = t % row_tiles * kTransposeTile, j0 = t / row_tiles * kTransposeTile;
+    for (int p = threadIdx.y; p < kTransposeTile; p += kTransposePasses)
+      if (i0 + p < rows && j0 + threadIdx.x < cols) tile[p][threadIdx.x] = in[(i0 + p) * ld + j0 + threadIdx.x];
+    __syncthreads();
+    for (int p = threadIdx.y; p < kTransposeTile; p += kTransposePasses)
+      if (j0 + p < cols && i0 + threadIdx.x < rows) out[(j0 + p) * rows + i0 + threadIdx.x] = tile[threadIdx.x][p];
+    __syncthreads();
+  }
+}
+
+void transpose(const void* in, std::int64_t rows, std::int64_t cols, std::int64_t ld, void* out, int device,
+               CudaStream stream) {
+  const std::int64_t tiles =
+      (rows + kTransposeTile - 1) / kTransposeTile * ((cols + kTransposeTile - 1) / kTransposeTile);
+  const auto blocks = static_cast<unsigned>(std::clamp<std::int64_t>(tiles, 1, 8 * multiprocessor_count(device)));
+  transpose_kernel<<<blocks, dim3(kTransposeTile, kTransposePasses), 0, stream>>>(static_cast<const float*>(in), rows,
+                                                                                 cols, ld, static_cast<float*>(out));
+  check_launch("transpose_kernel");
 }
 
 // The bias gradient sums grad_y's columns in two passes: each split of the rows into a partial
@@ -196,12 +231,55 @@ bool copy_beats_slices(const Problem& f, bool input_gradient) {
   return x_elements >= (std::int64_t{1} << 21) && (f.R <= 8 || (f.H <= 32 && f.B >= 8192));
 }
 
-InputGradientForm input_gradient_form(const BackwardProblem& p) {
+// ---- gradients.x on the tensor cores (exact float32) ----------------------------------------
+
+// gradients.x's slices side by side with a unit stride in h (a head-major x's gradient): one
+// (B, R*H) matrix with rows grad_x_stride_b apart.
+bool input_gradient_side_by_side(const BackwardProblem& p) {
+  const Problem& f = p.forward;
+  return (f.H == 1 || p.grad_x_stride_h == 1) && (f.R == 1 || p.grad_x_stride_r == f.H);
+}
+
+// gradients.x[b, r*H + h] = sum_k grad_y[b, k] * W^T[r*H + h, k]: the forward's problem with
+// grad_y as its x (one slice of K) and the transposed weight as its weight, into `out` (rows
+// ld_out apart).
+Problem input_gradient_gemm(const BackwardProblem& p, const void* transposed_weight, void* out, std::int64_t ld_out) {
+  const Problem& f = p.forward;
+  Problem g;
+  g.R = 1, g.B = f.B, g.H = f.K, g.RH = f.K, g.K = f.RH;
+  g.dtype = f.dtype, g.device = f.device;
+  g.x = p.grad_y, g.x_stride_b = p.grad_y_stride_b, g.x_stride_h = 1;
+  g.weight = transposed_weight, g.weight_stride_k = f.K;
+  g.y = out, g.y_stride_b = ld_out;
+  return g;
+}
+
+// Stands for a scratch part's address before the scratch exists: every part starts on a
+// 256-byte boundary.
+const void* const kScratchPart = reinterpret_cast<const void*>(std::uintptr_t{256});
+
+std::string input_tensor_cores_why_not(const BackwardProblem& p) {
+  if (p.forward.dtype != DType::float32) return "takes float32 only";
+  return mma_gemm_why_not(input_gradient_gemm(p, kScratchPart, nullptr, p.forward.RH));
+}
+
+// Exact float32's gradients.x on the tensor cores (backward_timing --forms on an H100,
+// backward_forms_tensor_cores_h100_session67.csv): from 2^20 outputs with K >= 1024, 0.86-0.97x
+// the time of the cuBLAS form the rules below would take (11 shapes; 0.88-1.00x the better of
+// split and slices). Fewer outputs leave SMs idle (2^17 to 2^19: 1.4-2.1x); short reductions
+// lose to the batched slices (K = 256 and 512: 1.21x and 1.09x).
+bool input_takes_tensor_cores(const BackwardProblem& p) {
+  const Problem& f = p.forward;
+  return f.B * f.RH >= 786432 && f.K >= 1024 && input_tensor_cores_why_not(p).empty();
+}
+
+InputGradientForm input_gradient_form(const BackwardProblem& p, Fp32Precision precision) {
   const Problem& f = p.forward;
   if (f.K == 0) return InputGradientForm::zero;
+  if (precision == Fp32Precision::ieee && input_takes_tensor_cores(p)) return InputGradientForm::tensor_cores;
   const bool h_unit = f.H == 1 || p.grad_x_stride_h == 1;
   // Distinct elements (validated) put a unit-stride h's neighbours, b or r, at least H apart.
-  if (h_unit && (f.R == 1 || p.grad_x_stride_r == f.H)) return InputGradientForm::side_by_side;
+  if (input_gradient_side_by_side(p)) return InputGradientForm::side_by_side;
   if (copy_beats_slices(f, /*input_gradient=*/true)) return InputGradientForm::split;
   if (h_unit) return InputGradientForm::slices_h_unit;
   if (f.B == 1 || p.grad_x_stride_b == 1) return InputGradientForm::slices_b_unit;
@@ -245,11 +323,46 @@ ColumnSumSplit column_sum_split(const Problem& f) {
 
 // ---- the three gradients ---------------------------------------------------------------
 
+// gradients.x from its (B, R*H) matrix `unsplit`.
+void split(const BackwardProblem& p, const void* unsplit, CudaStream stream) {
+  const Problem& f = p.forward;
+  visit_any_device_dtype(f.dtype, [&]<class T>() {
+    constexpr int kVec = kVec16<T>;
+    const bool vectorizable = slices_vectorizable(p.grad_x, f.R, f.B, f.H, p.grad_x_stride_r, p.grad_x_stride_b,
+                                                  p.grad_x_stride_h, kVec);
+    const auto* in = static_cast<const T*>(unsplit);
+    auto* grad_x = static_cast<T*>(p.grad_x);
+    if (vectorizable)
+      split_kernel<T, kVec><<<grid_stride_blocks(f.B * f.RH / kVec, f.device.index), 256, 0, stream>>>(
+          in, f.B, f.H, f.RH, grad_x, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h);
+    else
+      split_kernel<T, 1><<<grid_stride_blocks(f.B * f.RH, f.device.index), 256, 0, stream>>>(
+          in, f.B, f.H, f.RH, grad_x, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h);
+    check_launch("split_kernel");
+  });
+}
+
+void tensor_core_input_gradient(const BackwardProblem& p, std::byte* scratch, const ScratchLayout& layout,
+                                CudaStream stream) {
+  const Problem& f = p.forward;
+  std::byte* transposed_weight = scratch + layout.transposed_weight;
+  transpose(f.weight, f.K, f.RH, f.weight_stride_k, transposed_weight, f.device.index, stream);
+  const bool in_place = input_gradient_side_by_side(p);
+  void* out = in_place ? p.grad_x : scratch + layout.unsplit;
+  const std::int64_t ld_out = in_place && f.B > 1 ? p.grad_x_stride_b : f.RH;
+  run_mma_gemm(input_gradient_gemm(p, transposed_weight, out, ld_out), Fp32Precision::ieee, stream);
+  if (!in_place) split(p, out, stream);
+}
+
 void input_gradient(const BackwardProblem& p, InputGradientForm form, bool tf32, std::byte* scratch,
                     const ScratchLayout& layout, CudaStream stream) {
   const Problem& f = p.forward;
   if (form == InputGradientForm::zero) {
     zero(p.grad_x, {f.R, f.B, f.H, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h}, f, stream);
+    return;
+  }
+  if (form == InputGradientForm::tensor_cores) {
+    tensor_core_input_gradient(p, scratch, layout, stream);
     return;
   }
   const void* weight = f.weight;
@@ -287,24 +400,11 @@ void input_gradient(const BackwardProblem& p, InputGradientForm form, bool tf32,
       g.b = {weight, true, ldw, f.H};
       g.d = out, g.ldd = f.H == 1 ? f.B : p.grad_x_stride_h, g.batch_stride_d = p.grad_x_stride_r;
       break;
-    case InputGradientForm::zero: break;
+    case InputGradientForm::zero:
+    case InputGradientForm::tensor_cores: break;
   }
   run_gemm(g, f.device.index, scratch, stream);
-  if (form == InputGradientForm::split)
-    visit_any_device_dtype(f.dtype, [&]<class T>() {
-      constexpr int kVec = kVec16<T>;
-      const bool vectorizable = slices_vectorizable(p.grad_x, f.R, f.B, f.H, p.grad_x_stride_r, p.grad_x_stride_b,
-                                                    p.grad_x_stride_h, kVec);
-      const auto* in = static_cast<const T*>(out);
-      auto* grad_x = static_cast<T*>(p.grad_x);
-      if (vectorizable)
-        split_kernel<T, kVec><<<grid_stride_blocks(f.B * f.RH / kVec, f.device.index), 256, 0, stream>>>(
-            in, f.B, f.H, f.RH, grad_x, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h);
-      else
-        split_kernel<T, 1><<<grid_stride_blocks(f.B * f.RH, f.device.index), 256, 0, stream>>>(
-            in, f.B, f.H, f.RH, grad_x, p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h);
-      check_launch("split_kernel");
-    });
+  if (form == InputGradientForm::split) split(p, out, stream);
 }
 
 void weight_gradient(const BackwardProblem& p, WeightGradientForm form, bool tf32, std::byte* scratch,
@@ -365,9 +465,9 @@ void bias_gradient(const BackwardProblem& p, std::byte* scratch, const ScratchLa
 
 }  // namespace
 
-BackwardForms choose_forms(const BackwardProblem& p) {
+BackwardForms choose_forms(const BackwardProblem& p, Fp32Precision precision) {
   BackwardForms forms;
-  if (p.grad_x != nullptr) forms.input = input_gradient_form(p);
+  if (p.grad_x != nullptr) forms.input = input_gradient_form(p, precision);
   if (p.grad_weight != nullptr) forms.weight = weight_gradient_form(p);
   return forms;
 }
@@ -377,17 +477,25 @@ BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms)
   const std::size_t element = dtype_size(f.dtype);
   const bool input_gemm = p.grad_x != nullptr && forms.input != InputGradientForm::zero;
   const bool weight_gemm = p.grad_weight != nullptr && forms.weight != WeightGradientForm::zero;
+  const bool input_tensor_cores = input_gemm && forms.input == InputGradientForm::tensor_cores;
+  if (input_tensor_cores)
+    if (std::string why = input_tensor_cores_why_not(p); !why.empty())
+      throw Error(ErrorCode::unsupported, "gradients.x", "the tensor-core form " + why);
   BackwardPlan plan{.forms = forms};
   ScratchLayout& s = plan.scratch;
-  std::size_t at = input_gemm || weight_gemm ? kGemmWorkspaceBytes : 0;
+  std::size_t at = (input_gemm && !input_tensor_cores) || weight_gemm ? kGemmWorkspaceBytes : 0;
   s.concatenation = at;
   if (weight_gemm && forms.weight == WeightGradientForm::concatenated)
     at += round_up_to_256(static_cast<std::size_t>(f.B * f.RH) * element);
   s.unsplit = at;
-  if (input_gemm && forms.input == InputGradientForm::split)
+  if (input_gemm && (forms.input == InputGradientForm::split ||
+                     (input_tensor_cores && !input_gradient_side_by_side(p))))
     at += round_up_to_256(static_cast<std::size_t>(f.R * f.B * f.H) * element);
   s.weight_copy = at;
-  if (input_gemm && weight_needs_copy(f)) at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
+  if (input_gemm && !input_tensor_cores && weight_needs_copy(f))
+    at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
+  s.transposed_weight = at;
+  if (input_tensor_cores) at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
   s.partial = at;
   if (p.grad_bias != nullptr && f.B > 0)
     if (const std::int64_t splits = column_sum_split(f).splits; splits > 1)
@@ -416,12 +524,12 @@ void check_backward_supported(const BackwardProblem& p) {
                     std::to_string(f.B) + ", K = " + std::to_string(f.K) + ", R*H = " + std::to_string(f.RH));
 }
 
-std::size_t backward_workspace_bytes(const BackwardProblem& p) {
-  return plan_backward(p, choose_forms(p)).scratch.total;
+std::size_t backward_workspace_bytes(const BackwardProblem& p, Fp32Precision precision) {
+  return plan_backward(p, choose_forms(p, precision)).scratch.total;
 }
 
 void run_backward(const BackwardProblem& p, const Options& options, Workspace workspace, CudaStream stream) {
-  run_backward(p, plan_backward(p, choose_forms(p)), options, workspace, stream);
+  run_backward(p, plan_backward(p, choose_forms(p, options.fp32_precision)), options, workspace, stream);
 }
 
 }  // namespace gather_linear::cuda

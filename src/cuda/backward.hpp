@@ -14,8 +14,11 @@ namespace gather_linear::cuda {
 //   side_by_side   its slices side by side (the gradient of a head-major x): one GEMM in place;
 //   slices_h_unit  R GEMMs in one batched call, each writing a slice with unit stride in h;
 //   slices_b_unit  the same, each writing a slice with unit stride in b;
-//   split          one GEMM into a (B, R*H) scratch, then split into place.
-enum class InputGradientForm { zero, side_by_side, slices_h_unit, slices_b_unit, split };
+//   split          one GEMM into a (B, R*H) scratch, then split into place;
+//   tensor_cores   exact float32 only: the weight transposed into scratch, then the 3xTF32
+//                  tensor-core GEMM (the forward's mma kernel) into gradients.x where its slices
+//                  sit side by side, else into a (B, R*H) scratch split into place.
+enum class InputGradientForm { zero, side_by_side, slices_h_unit, slices_b_unit, split, tensor_cores };
 // How gradients.weight reads x: in place (side_by_side, or batched slices with a unit stride in h
 // or b), or from a concatenation of x made in scratch first.
 enum class WeightGradientForm { zero, side_by_side, concatenated, slices_h_unit, slices_b_unit };
@@ -26,10 +29,10 @@ struct BackwardForms {
 };
 
 // Offsets into the scratch: cuBLASLt's, then x's concatenation, then gradients.x as one
-// (B, R*H) matrix before its split, then the weight's copy, then the partial column sums, each
-// on a 256-byte boundary; only the parts the forms use.
+// (B, R*H) matrix before its split, then the weight's copy, then the weight transposed, then the
+// partial column sums, each on a 256-byte boundary; only the parts the forms use.
 struct ScratchLayout {
-  std::size_t concatenation = 0, unsplit = 0, weight_copy = 0, partial = 0, total = 0;
+  std::size_t concatenation = 0, unsplit = 0, weight_copy = 0, transposed_weight = 0, partial = 0, total = 0;
 };
 
 struct BackwardPlan {
@@ -37,9 +40,10 @@ struct BackwardPlan {
   ScratchLayout scratch;
 };
 
-// The forms the library chooses for these arguments.
-BackwardForms choose_forms(const BackwardProblem& p);
-// The plan for the given forms, which must suit the problem's layouts (choose_forms' do).
+// The forms the library chooses for these arguments under this precision policy.
+BackwardForms choose_forms(const BackwardProblem& p, Fp32Precision precision);
+// The plan for the given forms, which must suit the problem's layouts (choose_forms' do); a
+// tensor-core form the problem cannot take throws Error(unsupported).
 BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms);
 
 // Enqueues the requested gradients on `stream`; `workspace` holds plan.scratch.total bytes.
