@@ -345,7 +345,7 @@ void split(const BackwardProblem& p, const void* unsplit, CudaStream stream) {
 void tensor_core_input_gradient(const BackwardProblem& p, std::byte* scratch, const ScratchLayout& layout,
                                 CudaStream stream) {
   const Problem& f = p.forward;
-  std::byte* transposed_weight = scratch + layout.transposed_weight;
+  std::byte* transposed_weight = scratch + layout.weight_copy;
   transpose(f.weight, f.K, f.RH, f.weight_stride_k, transposed_weight, f.device.index, stream);
   const bool in_place = input_gradient_side_by_side(p);
   void* out = in_place ? p.grad_x : scratch + layout.unsplit;
@@ -492,10 +492,8 @@ BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms)
                      (input_tensor_cores && !input_gradient_side_by_side(p))))
     at += round_up_to_256(static_cast<std::size_t>(f.R * f.B * f.H) * element);
   s.weight_copy = at;
-  if (input_gemm && !input_tensor_cores && weight_needs_copy(f))
+  if (input_gemm && (input_tensor_cores || weight_needs_copy(f)))
     at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
-  s.transposed_weight = at;
-  if (input_tensor_cores) at += round_up_to_256(static_cast<std::size_t>(f.K * f.RH) * element);
   s.partial = at;
   if (p.grad_bias != nullptr && f.B > 0)
     if (const std::int64_t splits = column_sum_split(f).splits; splits > 1)
