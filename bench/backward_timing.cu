@@ -7,13 +7,15 @@
 // backward's results are checked against the comparator's before timing.
 // With --forms, for a contiguous x instead: each way (form) the library can compute a gradient,
 // forced, to find where copying x (or gradients.x) beats R batched GEMMs of its slices, and (exact
-// float32) where gradients.x on the tensor cores beats both.
+// float32) where gradients.x on the tensor cores beats both. With --one-launch, the three
+// gradients of small problems in one launch of the library's own kernel against its cuBLAS forms.
 // Times: median per backward over CUDA-graph replays, the candidates interleaved, input sets
 // rotated past L2.
 //
 //   backward_timing > backward.csv
 //   backward_timing --forms > backward_forms.csv
 //   backward_timing --forms R,B,H,K[,f32|bf16] ... > forms.csv     (those shapes only)
+//   backward_timing --one-launch R,B,H,K[,f32|f64|f16|bf16] ... > one_launch.csv
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -256,14 +258,107 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
   std::fflush(stdout);
 }
 
+// All three gradients in one launch against the forms' cuBLAS calls and column sums (each forced
+// through the plan), and against the two GEMMs alone on a pre-concatenated input; `chosen` says
+// which the library takes. The one launch's gradients are checked against the forms' first.
+void run_one_launch(const Shape& s, DType dtype, bool head_major, cudaStream_t stream) {
+  const std::int64_t RH = s.R * s.H;
+  const std::size_t nx = s.R * s.B * s.H, nw = s.K * RH;
+  const Device dev = Device::cuda(0);
+  Buffers buf(dtype);
+  const std::vector<Set> in = input_sets(s, dtype, head_major, buf, stream);
+  const int sets = static_cast<int>(in.size());
+  const TensorView x0 = in[0].x;
+  const auto gradients = [&] {
+    Gradients g;
+    g.x = TensorView::strided(buf.alloc(nx), dtype, dev, {s.R, s.B, s.H}, {x0.stride(0), x0.stride(1), 1});
+    g.weight = TensorView::contiguous(buf.alloc(nw), dtype, dev, {s.K, RH});
+    g.bias = TensorView::contiguous(buf.alloc(s.K), dtype, dev, {s.K});
+    return g;
+  };
+  const Gradients one = gradients(), forms = gradients();
+  const auto problem = [&](int set, const Gradients& g) {
+    return validate_backward_args(in[set].grad_y, in[set].x, in[set].weight, g);
+  };
+  cuda::BackwardForms chosen = cuda::choose_forms(problem(0, forms), Fp32Precision::ieee);
+  cuda::BackwardForms forced_one = chosen, forced_forms = chosen;
+  forced_one.one_launch = true, forced_forms.one_launch = false;
+  const std::size_t scratch_bytes = cuda::plan_backward(problem(0, forms), forced_forms).scratch.total;
+  const Workspace scratch{buf.alloc(scratch_bytes / buf.element + 1), scratch_bytes};
+  const auto run = [&](const Gradients& g, const cuda::BackwardForms& f) {
+    return [&, g, f](int set) {
+      const BackwardProblem p = problem(set, g);
+      cuda::run_backward(p, cuda::plan_backward(p, f), Options{}, scratch, stream);
+    };
+  };
+  // The comparator: gradients.x and gradients.weight as two GEMMs on x concatenated beforehand.
+  void *cat = buf.alloc(nx), *cat_grad_x = buf.alloc(nx), *gemm_grad_w = buf.alloc(nw);
+  void* gemm_scratch = buf.alloc(cuda::kGemmWorkspaceBytes / buf.element);
+  cuda::concatenate(validate_inputs(in[0].x, in[0].weight, std::nullopt), cat, stream);
+  const auto gemm_only = [&](int set) {
+    cuda::StridedBatchedGemm dx;  // (R*H x B) = W^T (R*H x K) * grad_y^T (K x B)
+    dx.dtype = dtype, dx.m = RH, dx.n = s.B, dx.k = s.K;
+    dx.a = {in[set].weight.data, false, RH, 0};
+    dx.b = {in[set].grad_y.data, false, s.K, 0};
+    dx.d = cat_grad_x, dx.ldd = RH;
+    cuda::run_gemm(dx, 0, gemm_scratch, stream);
+    cuda::StridedBatchedGemm dw;  // (R*H x K) = cat^T (R*H x B) * grad_y (B x K)
+    dw.dtype = dtype, dw.m = RH, dw.n = s.K, dw.k = s.B;
+    dw.a = {cat, false, RH, 0};
+    dw.b = {in[set].grad_y.data, true, s.K, 0};
+    dw.d = gemm_grad_w, dw.ldd = RH;
+    cuda::run_gemm(dw, 0, gemm_scratch, stream);
+  };
+  run(one, forced_one)(0);
+  run(forms, forced_forms)(0);
+  check(cudaStreamSynchronize(stream), "check runs");
+  const auto download = [dtype](const void* p, std::size_t n) { return download_as_float(p, n, dtype); };
+  const auto same = [](std::size_t i) { return i; };
+  const double err = std::max({disagreement(download(one.x->data, nx), download(forms.x->data, nx), same),
+                               disagreement(download(one.weight->data, nw), download(forms.weight->data, nw), same),
+                               disagreement(download(one.bias->data, s.K), download(forms.bias->data, s.K), same)});
+  const double flops = 4.0 * s.B * s.K * RH;
+  const int repeats = static_cast<int>(std::clamp(4e10 / flops, 10.0, 200.0));
+  const auto t = timing::time_gpu_interleaved({run(one, forced_one), run(forms, forced_forms), gemm_only}, sets,
+                                              repeats, stream);
+  std::printf("%lld,%lld,%lld,%lld,%s,%s,%lld,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.2e\n", (long long)s.R, (long long)s.B,
+              (long long)s.H, (long long)s.K, std::string(dtype_name(dtype)).c_str(),
+              head_major ? "head-major" : "contiguous", (long long)(s.B * s.K * RH),
+              chosen.one_launch ? "one_launch" : "forms", t[0].graph_us, t[1].graph_us, t[2].graph_us,
+              t[0].graph_us / t[1].graph_us, t[0].graph_us / t[2].graph_us, err);
+  std::fflush(stdout);
+}
+
 }  // namespace
 }  // namespace gather_linear::bench
+
+// f32, f64, f16; anything else bfloat16.
+gather_linear::DType parse_dtype(std::string_view name) {
+  using gather_linear::DType;
+  return name == "f32" ? DType::float32 : name == "f64" ? DType::float64 : name == "f16" ? DType::float16 : DType::bfloat16;
+}
 
 int main(int argc, char** argv) {
   using namespace gather_linear;
   using namespace gather_linear::bench;
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (argc > 1 && std::string_view(argv[1]) == "--one-launch") {
+    std::printf("R,B,H,K,dtype,x_layout,products,chosen,one_launch_us,forms_us,gemm_only_us,one_launch_over_forms,"
+                "one_launch_over_gemm_only,disagreement\n");
+    for (int i = 2; i < argc; ++i) {  // R,B,H,K[,f32|bf16]
+      long long R = 0, B = 0, H = 0, K = 0;
+      char dtype[8] = "bf16";
+      if (std::sscanf(argv[i], "%lld,%lld,%lld,%lld,%7s", &R, &B, &H, &K, dtype) < 4) {
+        std::fprintf(stderr, "expected R,B,H,K[,f32|f64|f16|bf16], got %s\n", argv[i]);
+        return 2;
+      }
+      for (bool head_major : {false, true})
+        run_one_launch({R, B, H, K}, parse_dtype(dtype), head_major, stream);
+    }
+    check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+    return 0;
+  }
   if (argc > 1 && std::string_view(argv[1]) == "--forms") {
     std::printf("R,B,H,K,dtype,x_elements,dw_slices_us,dw_concatenated_us,dw_gemm_only_us,"
                 "dw_concatenated_over_slices,dx_slices_us,dx_split_us,dx_gemm_only_us,dx_split_over_slices,"

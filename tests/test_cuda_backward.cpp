@@ -1,6 +1,6 @@
 // The CUDA backward against the exact reference: every form of its GEMMs (slices side by side, a
-// unit stride in h or in b, a staged gradient, a concatenated x, a copied weight), the bias
-// gradient's one- and two-pass sums, TF32, graph capture with new inputs, determinism, and the
+// unit stride in h or in b, a staged gradient, a concatenated x, a copied weight), the one-launch
+// kernel of small problems, the bias gradient's one- and two-pass sums, TF32, graph capture with new inputs, determinism, and the
 // device-specific errors. Gradients are NaN-poisoned first.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -74,7 +74,31 @@ const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::
 
 class CudaBackwardSweep : public CudaBackwardTest, public ::testing::WithParamInterface<BackwardCase> {};
 
-TEST_P(CudaBackwardSweep, EveryGradient) { expect_backward_accurate(GetParam()); }
+// The same through a plan whose one-launch choice is forced either way (the other forms are
+// the library's).
+void expect_forced_backward_accurate(const BackwardCase& c, bool one_launch) {
+  BackwardOperands o = make_backward_operands(c, 1234);
+  DeviceBackwardOperands d(o);
+  const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+  cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
+  forms.one_launch = one_launch;
+  const cuda::BackwardPlan plan = cuda::plan_backward(p, forms);
+  DeviceBuffer scratch(plan.scratch.total);
+  // NaN bytes: a part of the scratch that a step leaves unwritten reaches the gradients as NaN.
+  if (plan.scratch.total > 0) CUDA_ASSERT(cudaMemset(scratch.data(), 0xff, plan.scratch.total));
+  cuda::run_backward(p, plan, Options{}, {scratch.data(), plan.scratch.total}, nullptr);
+  const cudaError_t status = cudaDeviceSynchronize();
+  ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << c;
+  d.download(o);
+  expect_gradients_accurate(o, c, one_launch ? "cuda, one launch" : "cuda, cuBLAS forms");
+}
+
+// The library's choice, then one launch and the cuBLAS forms each forced.
+TEST_P(CudaBackwardSweep, EveryGradient) {
+  expect_backward_accurate(GetParam());
+  expect_forced_backward_accurate(GetParam(), true);
+  expect_forced_backward_accurate(GetParam(), false);
+}
 
 INSTANTIATE_TEST_SUITE_P(Sweep, CudaBackwardSweep, ::testing::ValuesIn(all_backward_cases(kShapes, kDtypes)),
                          [](const ::testing::TestParamInfo<BackwardCase>& info) { return case_name(info.param); });
@@ -137,6 +161,7 @@ TEST_F(CudaBackwardTest, TensorCoreFormForced) {
     DeviceBackwardOperands d(o);
     const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
     cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
+    forms.one_launch = false;
     const bool fits = c.shape.K % 4 == 0 && c.x_layout != BackwardLayout::strided &&
                       c.x_layout != BackwardLayout::misaligned;
     if (fits) {
@@ -160,7 +185,7 @@ TEST_F(CudaBackwardTest, TensorCoreFormForced) {
     DeviceBackwardOperands d(o);
     const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
     cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
-    forms.input = InputGradientForm::tensor_cores;
+    forms.input = InputGradientForm::tensor_cores, forms.one_launch = false;
     expect_library_error([&] { (void)cuda::plan_backward(p, forms); }, "gradients.x", "float32 only",
                          ErrorCode::unsupported);
   }
@@ -373,6 +398,69 @@ TEST_F(CudaBackwardTest, GraphCaptureReplaysWithNewInputs) {
   }
 }
 
+// The one-launch backward captured (it needs no workspace) and replayed on new inputs, its
+// gradients poisoned again; gradients.x strided.
+TEST_F(CudaBackwardTest, OneLaunchCapturedAndReplayed) {
+  const TestStream stream;
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    const BackwardCase c{{4, 12, 32, 56}, dtype, BackwardLayout::contiguous, BackwardLayout::strided};
+    BackwardOperands o = make_backward_operands(c, 8);
+    DeviceBackwardOperands d(o);
+    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+    ASSERT_TRUE(cuda::choose_forms(p, Fp32Precision::ieee).one_launch) << c;
+    EXPECT_EQ(backward_workspace_bytes(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients()), 0u) << c;
+    const CapturedGraph graph(stream, [&] { d.backward({}, stream); });
+    for (std::uint32_t trial = 0; trial < 3; ++trial) {
+      BackwardOperands fresh = make_backward_operands(c, 200 + trial);
+      d.x.upload(fresh.x);
+      d.weight.upload(fresh.weight);
+      d.grad_y.upload(fresh.grad_y);
+      d.grad_x.upload(fresh.grad_x);
+      d.grad_weight.upload(fresh.grad_weight);
+      d.grad_bias.upload(fresh.grad_bias);
+      graph.replay();
+      d.download(fresh);
+      expect_gradients_accurate(fresh, c, "one launch, graph replay " + std::to_string(trial));
+    }
+  }
+}
+
+// Where the library takes the one launch: small problems (B*K*R*H up to 2^19 in 16-bit, 2^21
+// otherwise, K <= 256, B <= 512) where gradients.x or gradients.weight is requested; and long
+// reductions forced onto it (many rounds of each warp's loads).
+TEST_F(CudaBackwardTest, OneLaunchWhereSmall) {
+  struct Expectation {
+    Shape shape;
+    DType dtype;
+    bool want_x, want_weight, want_bias;
+    bool one_launch;
+  };
+  const Expectation expectations[] = {
+      {{4, 12, 32, 56}, DType::bfloat16, true, true, true, true},
+      {{4, 12, 32, 56}, DType::float32, false, true, false, true},
+      {{1, 1, 1, 1}, DType::float16, true, false, false, true},
+      {{8, 8, 64, 128}, DType::bfloat16, true, true, true, true},     // 2^19
+      {{4, 32, 32, 256}, DType::bfloat16, true, true, true, false},   // 2^20
+      {{4, 32, 32, 256}, DType::float32, true, true, true, true},
+      {{2, 512, 32, 64}, DType::float64, true, true, true, true},     // 2^21
+      {{2, 513, 32, 64}, DType::float32, true, true, true, false},
+      {{4, 16, 32, 257}, DType::float32, true, true, true, false},
+      {{4, 12, 32, 56}, DType::float32, false, false, true, false},  // the bias alone
+      {{8, 1024, 128, 1024}, DType::float32, true, true, true, false},
+  };
+  for (const Expectation& e : expectations) {
+    const BackwardCase c{e.shape, e.dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
+    BackwardOperands o = make_backward_operands(c, 24);
+    DeviceBackwardOperands d(o);
+    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(),
+                                                     d.gradients(e.want_x, e.want_weight, e.want_bias));
+    EXPECT_EQ(cuda::choose_forms(p, Fp32Precision::ieee).one_launch, e.one_launch)
+        << c << " gradients " << e.want_x << e.want_weight << e.want_bias;
+  }
+  const Shape long_reductions[] = {{2, 3, 8, 2000}, {3, 1500, 4, 5}};
+  for (const BackwardCase& c : all_backward_cases(long_reductions, kDtypes)) expect_forced_backward_accurate(c, true);
+}
+
 // backward() runs on the tensors' device whichever device is current, and leaves the current
 // device as it found it, both ways round (as the forward's test): float32 (a staged gradient of
 // x), float64, bfloat16 with slices side by side and with the concatenated form, and TF32.
@@ -416,8 +504,9 @@ TEST_F(CudaBackwardTest, DeviceErrorsWriteNothing) {
   const BackwardCase c{{2, 3, 4, 5}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
   BackwardOperands o = make_backward_operands(c, 1);
   DeviceBackwardOperands d(o);
-  const auto expect_error = [&](const TensorView& grad_y, Gradients gradients, const Options& options,
-                                const std::string& argument, const std::string& fragment) {
+  const auto expect_error_in = [&](const BackwardCase& c, const DeviceBackwardOperands& d, const TensorView& grad_y,
+                                   Gradients gradients, const Options& options, const std::string& argument,
+                                   const std::string& fragment) {
     expect_library_error([&] { gather_linear::backward(grad_y, d.x.view(), d.weight.view(), gradients, options); },
                          argument, fragment, ErrorCode::invalid_argument);
     BackwardOperands after = make_backward_operands(c, 1);
@@ -426,6 +515,10 @@ TEST_F(CudaBackwardTest, DeviceErrorsWriteNothing) {
     EXPECT_EQ(first_unpoisoned(after.grad_weight), std::nullopt) << argument;
     EXPECT_EQ(first_unpoisoned(after.grad_bias), std::nullopt) << argument;
   };
+  const auto expect_error = [&](const TensorView& grad_y, Gradients gradients, const Options& options,
+                                const std::string& argument, const std::string& fragment) {
+    expect_error_in(c, d, grad_y, gradients, options, argument, fragment);
+  };
   // Host memory labelled as CUDA.
   Gradients host_bias = d.gradients();
   host_bias.bias->data = o.grad_bias.view.data;
@@ -433,11 +526,17 @@ TEST_F(CudaBackwardTest, DeviceErrorsWriteNothing) {
   TensorView host_grad_y = d.grad_y.view();
   host_grad_y.data = o.grad_y.view.data;
   expect_error(host_grad_y, d.gradients(), {}, "grad_y", "got host memory");
-  // A caller's workspace that is too small.
+  // A caller's workspace that is too small, for a problem past the one launch (which needs none).
+  const BackwardCase large{{8, 256, 64, 512}, DType::float32, BackwardLayout::contiguous, BackwardLayout::contiguous};
+  const DeviceBackwardOperands large_d(make_backward_operands(large, 1));
+  ASSERT_GT(backward_workspace_bytes(large_d.grad_y.view(), large_d.x.view(), large_d.weight.view(),
+                                     large_d.gradients()),
+            256u);
   DeviceBuffer small(256);
   Options options;
   options.workspace = {small.data(), 256};
-  expect_error(d.grad_y.view(), d.gradients(), options, "options.workspace", "expected at least");
+  expect_error_in(large, large_d, large_d.grad_y.view(), large_d.gradients(), options, "options.workspace",
+                  "expected at least");
 }
 
 // 2^31 rows of one column, every element 3.0. The bias gradient alone takes them (its splits of

@@ -1,6 +1,7 @@
-// The CUDA backward: each gradient GEMM is one cuBLASLt call, reading x and writing gradients.x
-// in their own layouts where it can (column-major, cuBLAS's convention, in which a row-major
-// (rows, cols) matrix is its transpose):
+// The CUDA backward. Small problems take every requested gradient in one launch of our own
+// kernel (one_launch_backward_kernel; where: one_launch_wins). Otherwise each gradient GEMM is
+// one cuBLASLt call, reading x and writing gradients.x in their own layouts where it can
+// (column-major, cuBLAS's convention, in which a row-major (rows, cols) matrix is its transpose):
 //   gradients.x[r]^T (H x B)                     = W[:, r*H : r*H + H]^T (H x K) * grad_y^T (K x B)
 //   gradients.weight[:, r*H : r*H + H]^T (H x K) = x[r]^T (H x B) * grad_y (B x K)
 // Where the slices sit side by side (a head-major x, or its gradient) one GEMM covers them all.
@@ -171,6 +172,158 @@ void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::in
   check_launch("column_sums_kernel");
 }
 
+// Small problems' gradients in one launch, without cuBLAS or scratch. Each gradient is cut into
+// tiles of 32 adjacent outputs (along a row of gradients.x's (B, R*H) or of gradients.weight, or
+// 32 of the bias's); lane j of a tile's warps owns output j. A tile's reduction is split between
+// `splits` warps (1 to 8, more for longer reductions: see one_launch_splits), warp s taking every
+// splits-th index from s, kOneLaunchUnroll loads in flight; the partial sums then meet in shared
+// memory, added in warp order, so each sum's order depends on the shape alone. A block of
+// kOneLaunchWarps warps holds kOneLaunchWarps / splits tiles of one gradient. A warp reads 32
+// adjacent elements of a row of W or x (coalesced) against one element of grad_y (a broadcast).
+// Blocks number gradients.x's tiles first, then gradients.weight's, then the bias's; a requested
+// gradient whose reduction is empty (K = 0 or B = 0) is written as zeros.
+constexpr int kOneLaunchWarps = 8;
+constexpr int kOneLaunchUnroll = 8;
+
+// Warps per tile for a reduction this long: enough that each warp's share is one round of
+// kOneLaunchUnroll loads, up to every warp of the block.
+int one_launch_splits(std::int64_t length) {
+  int splits = 1;
+  while (splits < kOneLaunchWarps && splits * kOneLaunchUnroll < length) splits *= 2;
+  return splits;
+}
+
+struct OneLaunchSegment {
+  std::int64_t tiles = 0, blocks = 0;  // tiles of 32 outputs; blocks of kOneLaunchWarps / splits tiles
+  int splits = 1;
+};
+
+OneLaunchSegment one_launch_segment(bool requested, std::int64_t tiles, std::int64_t reduction) {
+  if (!requested || tiles == 0) return {};
+  const int splits = one_launch_splits(reduction), per_block = kOneLaunchWarps / splits;
+  return {tiles, (tiles + per_block - 1) / per_block, splits};
+}
+
+struct OneLaunchArgs {
+  const void* x;
+  const void* weight;
+  const void* grad_y;
+  void* grad_x;
+  void* grad_weight;
+  void* grad_bias;
+  std::int64_t B, H, K, RH;
+  std::int64_t x_stride_r, x_stride_b, x_stride_h, weight_stride_k, grad_y_stride_b;
+  std::int64_t grad_x_stride_r, grad_x_stride_b, grad_x_stride_h, grad_weight_stride_k;
+  std::int64_t column_tiles;  // ceil(R*H / 32): tiles along a row of gradients.x or gradients.weight
+  OneLaunchSegment input, weight_gradient, bias;
+};
+
+// sum over i < length of a[i * a_step] * b[i * b_step] (b null: of a[i * a_step]), over the
+// indices split, split + splits, ... that this warp owns.
+template <class T>
+__device__ __forceinline__ Accumulator<T> warp_share_of_sum(const T* a, std::int64_t a_step, const T* b,
+                                                            std::int64_t b_step, std::int64_t length, int split,
+                                                            int splits) {
+  using Acc = Accumulator<T>;
+  Acc sum = 0;
+  for (std::int64_t i0 = split; i0 < length; i0 += static_cast<std::int64_t>(splits) * kOneLaunchUnroll) {
+    Acc u[kOneLaunchUnroll], v[kOneLaunchUnroll];
+#pragma unroll
+    for (int j = 0; j < kOneLaunchUnroll; ++j) {
+      const std::int64_t i = i0 + static_cast<std::int64_t>(j) * splits;
+      u[j] = i < length ? to_accumulator(__ldg(a + i * a_step)) : Acc(0);
+      v[j] = b == nullptr ? Acc(1) : i < length ? to_accumulator(__ldg(b + i * b_step)) : Acc(0);
+    }
+#pragma unroll
+    for (int j = 0; j < kOneLaunchUnroll; ++j) sum = fused_multiply_add(u[j], v[j], sum);
+  }
+  return sum;
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kOneLaunchWarps) one_launch_backward_kernel(const OneLaunchArgs a) {
+  using Acc = Accumulator<T>;
+  __shared__ Acc partial[kOneLaunchWarps][32];
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const T* grad_y = static_cast<const T*>(a.grad_y);
+  wait_for_prerequisite_grid();
+  allow_dependent_launch();
+  // This block's gradient, and this warp's tile and share of its reduction.
+  std::int64_t block = blockIdx.x;
+  int gradient = 0;
+  const OneLaunchSegment* segment = &a.input;
+  if (block >= a.input.blocks) {
+    block -= a.input.blocks, gradient = 1, segment = &a.weight_gradient;
+    if (block >= a.weight_gradient.blocks) block -= a.weight_gradient.blocks, gradient = 2, segment = &a.bias;
+  }
+  const int splits = segment->splits, split = warp % splits;
+  const std::int64_t tile = block * (kOneLaunchWarps / splits) + warp / splits;
+  T* out = nullptr;  // this lane's output; null past the gradient's end
+  Acc sum = 0;
+  if (tile < segment->tiles) {
+    if (gradient == 0) {  // gradients.x[r, b, h] = sum_k grad_y[b, k] * W[k, r*H + h]
+      const std::int64_t b = tile / a.column_tiles, c = tile % a.column_tiles * 32 + lane;
+      if (c < a.RH) {
+        const std::int64_t r = c / a.H, h = c - r * a.H;
+        out = static_cast<T*>(a.grad_x) + r * a.grad_x_stride_r + b * a.grad_x_stride_b + h * a.grad_x_stride_h;
+        sum = warp_share_of_sum(grad_y + b * a.grad_y_stride_b, 1, static_cast<const T*>(a.weight) + c,
+                                a.weight_stride_k, a.K, split, splits);
+      }
+    } else if (gradient == 1) {  // gradients.weight[k, r*H + h] = sum_b grad_y[b, k] * x[r, b, h]
+      const std::int64_t k = tile / a.column_tiles, c = tile % a.column_tiles * 32 + lane;
+      if (c < a.RH) {
+        const std::int64_t r = c / a.H, h = c - r * a.H;
+        out = static_cast<T*>(a.grad_weight) + k * a.grad_weight_stride_k + c;
+        sum = warp_share_of_sum(grad_y + k, a.grad_y_stride_b,
+                                static_cast<const T*>(a.x) + r * a.x_stride_r + h * a.x_stride_h, a.x_stride_b, a.B,
+                                split, splits);
+      }
+    } else {  // gradients.bias[k] = sum_b grad_y[b, k]
+      const std::int64_t k = tile * 32 + lane;
+      if (k < a.K) {
+        out = static_cast<T*>(a.grad_bias) + k;
+        sum = warp_share_of_sum<T>(grad_y + k, a.grad_y_stride_b, nullptr, 0, a.B, split, splits);
+      }
+    }
+  }
+  partial[warp][lane] = sum;
+  __syncthreads();
+  if (split == 0 && out != nullptr) {
+    Acc total = partial[warp][lane];
+    for (int s = 1; s < splits; ++s) total += partial[warp + s][lane];
+    *out = from_accumulator<T>(total);
+  }
+}
+
+OneLaunchArgs one_launch_args(const BackwardProblem& p) {
+  const Problem& f = p.forward;
+  OneLaunchArgs a{f.x, f.weight, p.grad_y, p.grad_x, p.grad_weight, p.grad_bias, f.B, f.H, f.K, f.RH,
+                  f.x_stride_r, f.x_stride_b, f.x_stride_h, f.weight_stride_k, p.grad_y_stride_b,
+                  p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h, p.grad_weight_stride_k};
+  a.column_tiles = (f.RH + 31) / 32;
+  a.input = one_launch_segment(p.grad_x != nullptr, f.B * a.column_tiles, f.K);
+  a.weight_gradient = one_launch_segment(p.grad_weight != nullptr, f.K * a.column_tiles, f.B);
+  a.bias = one_launch_segment(p.grad_bias != nullptr, (f.K + 31) / 32, f.B);
+  return a;
+}
+
+std::int64_t one_launch_blocks(const BackwardProblem& p) {
+  const OneLaunchArgs a = one_launch_args(p);
+  return a.input.blocks + a.weight_gradient.blocks + a.bias.blocks;
+}
+
+void one_launch_backward(const BackwardProblem& p, CudaStream stream) {
+  const Problem& f = p.forward;
+  const OneLaunchArgs a = one_launch_args(p);
+  const std::int64_t blocks = a.input.blocks + a.weight_gradient.blocks + a.bias.blocks;
+  if (blocks == 0) return;
+  visit_any_device_dtype(f.dtype, [&]<class T>() {
+    launch_maybe_programmatic(one_launch_backward_kernel<T>, a, dim3(static_cast<unsigned>(blocks)),
+                              dim3(32, kOneLaunchWarps), 0, stream, f.device.index, /*programmatic=*/true,
+                              "one_launch_backward_kernel");
+  });
+}
+
 void zero(void* out, Strided3d view, const Problem& f, CudaStream stream) {
   visit_any_device_dtype(f.dtype, [&]<class T>() {
     zero_kernel<T><<<grid_stride_blocks(view.elements(), f.device.index), 256, 0, stream>>>(static_cast<T*>(out), view);
@@ -297,6 +450,22 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
   if (h_unit) return WeightGradientForm::slices_h_unit;
   if ((f.B == 1 || f.x_stride_b == 1) && (f.H == 1 || f.x_stride_h >= f.B)) return WeightGradientForm::slices_b_unit;
   return WeightGradientForm::concatenated;
+}
+
+// Where one launch of one_launch_backward_kernel beats the forms' cuBLAS calls and column sums
+// (backward_timing --one-launch on an H100, all three gradients, contiguous and head-major x;
+// backward_one_launch_h100_session68.csv), by products B*K*R*H:
+// - up to 2^19: 0.29-0.66x the forms' time in bfloat16 and float32 (the seed problem 0.29-0.40x);
+// - 16-bit from 2^20: 1.06-3.4x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
+// - float32 to 2^21 with K <= 256: 0.47-0.94x; K = 1024 (many rounds of loads per warp) 1.5-2.2x
+//   at 2^20; from 2^22 0.9-2.2x. A reduction over B = 1024 took 2.2x.
+// float64 takes float32's bounds.
+bool one_launch_wins(const BackwardProblem& p) {
+  const Problem& f = p.forward;
+  if (p.grad_x == nullptr && p.grad_weight == nullptr) return false;  // the column sums are one launch already
+  const std::int64_t products = f.B * f.K * f.RH;
+  const int log2_bound = dtype_size(f.dtype) == 2 ? 19 : 21;
+  return f.K <= 256 && f.B <= 512 && products <= (std::int64_t{1} << log2_bound);
 }
 
 // Weight rows that overlap (stride(0) < R*H, e.g. one row broadcast) are no GEMM operand: the
@@ -469,11 +638,19 @@ BackwardForms choose_forms(const BackwardProblem& p, Fp32Precision precision) {
   BackwardForms forms;
   if (p.grad_x != nullptr) forms.input = input_gradient_form(p, precision);
   if (p.grad_weight != nullptr) forms.weight = weight_gradient_form(p);
+  forms.one_launch = one_launch_wins(p);
   return forms;
 }
 
 BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms) {
   const Problem& f = p.forward;
+  if (forms.one_launch) {
+    if (one_launch_blocks(p) > 0x7fffffff)
+      throw Error(ErrorCode::unsupported, "grad_y",
+                  "the one-launch backward takes up to 2^31 - 1 blocks of 32 outputs, got " +
+                      std::to_string(one_launch_blocks(p)));
+    return {.forms = forms};
+  }
   const std::size_t element = dtype_size(f.dtype);
   const bool input_gemm = p.grad_x != nullptr && forms.input != InputGradientForm::zero;
   const bool weight_gemm = p.grad_weight != nullptr && forms.weight != WeightGradientForm::zero;
@@ -506,6 +683,10 @@ BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms)
 void run_backward(const BackwardProblem& p, const BackwardPlan& plan, const Options& options, Workspace workspace,
                   CudaStream stream) {
   const bool tf32 = options.fp32_precision == Fp32Precision::tf32;
+  if (plan.forms.one_launch) {
+    one_launch_backward(p, stream);
+    return;
+  }
   auto* scratch = static_cast<std::byte*>(workspace.data);
   if (p.grad_x) input_gradient(p, plan.forms.input, tf32, scratch, plan.scratch, stream);
   if (p.grad_weight) weight_gradient(p, plan.forms.weight, tf32, scratch, plan.scratch, stream);

@@ -1,6 +1,7 @@
-// The CUDA backward's plan: which form each gradient GEMM takes, and where its scratch goes.
-// run_backward() (core/kernel_registry.hpp) plans and runs; `backward_timing --forms` runs a plan
-// whose forms it forces, to measure where one form beats another.
+// The CUDA backward's plan: one launch of our own kernel for small problems, else which form
+// each gradient GEMM takes and where its scratch goes. run_backward() (core/kernel_registry.hpp)
+// plans and runs; `backward_timing --forms` and `--one-launch` run plans whose forms they force,
+// to measure where one form beats another.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,9 @@ enum class WeightGradientForm { zero, side_by_side, concatenated, slices_h_unit,
 struct BackwardForms {
   InputGradientForm input = InputGradientForm::zero;    // only meaningful where gradients.x is requested
   WeightGradientForm weight = WeightGradientForm::zero;  // only where gradients.weight is
+  // Small problems: every requested gradient in one launch of our own kernel (no cuBLAS, no
+  // scratch) instead of the forms above, which choose_forms still fills in.
+  bool one_launch = false;
 };
 
 // Offsets into the scratch: cuBLASLt's, then x's concatenation, then gradients.x as one
