@@ -95,6 +95,31 @@ std::vector<Set> input_sets(const Shape& s, DType dtype, bool head_major, Buffer
   return in;
 }
 
+// The comparator's GEMMs, as if the concatenation came for free: gradients.x into a (B, R*H)
+// matrix, (R*H x B) = W^T (R*H x K) * grad_y^T (K x B) in cuBLAS's column-major terms ...
+void gemm_only_input_gradient(const Shape& s, DType dtype, const Set& set, void* out, void* scratch,
+                              cudaStream_t stream) {
+  const std::int64_t RH = s.R * s.H;
+  cuda::StridedBatchedGemm dx;
+  dx.dtype = dtype, dx.m = RH, dx.n = s.B, dx.k = s.K;
+  dx.a = {set.weight.data, false, RH, 0};
+  dx.b = {set.grad_y.data, false, s.K, 0};
+  dx.d = out, dx.ldd = RH;
+  cuda::run_gemm(dx, 0, scratch, stream);
+}
+
+// ... and gradients.weight from x's concatenation: (R*H x K) = cat^T (R*H x B) * grad_y (B x K).
+void gemm_only_weight_gradient(const Shape& s, DType dtype, const Set& set, const void* concatenation, void* out,
+                               void* scratch, cudaStream_t stream) {
+  const std::int64_t RH = s.R * s.H;
+  cuda::StridedBatchedGemm dw;
+  dw.dtype = dtype, dw.m = RH, dw.n = s.K, dw.k = s.B;
+  dw.a = {concatenation, false, RH, 0};
+  dw.b = {set.grad_y.data, true, s.K, 0};
+  dw.d = out, dw.ldd = RH;
+  cuda::run_gemm(dw, 0, scratch, stream);
+}
+
 void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream) {
   const std::int64_t RH = s.R * s.H;
   const std::size_t nx = s.R * s.B * s.H, nw = s.K * RH;
@@ -124,21 +149,9 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
   const auto library = [&](const Gradients& g) {
     return [&, g](int set) { backward(in[set].grad_y, in[set].x, in[set].weight, g, options, stream); };
   };
-  const auto gemm_dx = [&](int set) {
-    cuda::StridedBatchedGemm dx;  // (R*H x B) = W^T (R*H x K) * grad_y^T (K x B)
-    dx.dtype = dtype, dx.m = RH, dx.n = s.B, dx.k = s.K;
-    dx.a = {in[set].weight.data, false, RH, 0};
-    dx.b = {in[set].grad_y.data, false, s.K, 0};
-    dx.d = cat_grad_x, dx.ldd = RH;
-    cuda::run_gemm(dx, 0, gemm_scratch, stream);
-  };
+  const auto gemm_dx = [&](int set) { gemm_only_input_gradient(s, dtype, in[set], cat_grad_x, gemm_scratch, stream); };
   const auto gemm_dw = [&](int set) {
-    cuda::StridedBatchedGemm dw;  // (R*H x K) = cat^T (R*H x B) * grad_y (B x K)
-    dw.dtype = dtype, dw.m = RH, dw.n = s.K, dw.k = s.B;
-    dw.a = {cat, false, RH, 0};
-    dw.b = {in[set].grad_y.data, true, s.K, 0};
-    dw.d = gemm_grad_w, dw.ldd = RH;
-    cuda::run_gemm(dw, 0, gemm_scratch, stream);
+    gemm_only_weight_gradient(s, dtype, in[set], cat, gemm_grad_w, gemm_scratch, stream);
   };
   const auto gemm_only = [&](int set) {
     gemm_dx(set);
@@ -296,18 +309,8 @@ void run_one_launch(const Shape& s, DType dtype, bool head_major, cudaStream_t s
   void* gemm_scratch = buf.alloc(cuda::kGemmWorkspaceBytes / buf.element);
   cuda::concatenate(validate_inputs(in[0].x, in[0].weight, std::nullopt), cat, stream);
   const auto gemm_only = [&](int set) {
-    cuda::StridedBatchedGemm dx;  // (R*H x B) = W^T (R*H x K) * grad_y^T (K x B)
-    dx.dtype = dtype, dx.m = RH, dx.n = s.B, dx.k = s.K;
-    dx.a = {in[set].weight.data, false, RH, 0};
-    dx.b = {in[set].grad_y.data, false, s.K, 0};
-    dx.d = cat_grad_x, dx.ldd = RH;
-    cuda::run_gemm(dx, 0, gemm_scratch, stream);
-    cuda::StridedBatchedGemm dw;  // (R*H x K) = cat^T (R*H x B) * grad_y (B x K)
-    dw.dtype = dtype, dw.m = RH, dw.n = s.K, dw.k = s.B;
-    dw.a = {cat, false, RH, 0};
-    dw.b = {in[set].grad_y.data, true, s.K, 0};
-    dw.d = gemm_grad_w, dw.ldd = RH;
-    cuda::run_gemm(dw, 0, gemm_scratch, stream);
+    gemm_only_input_gradient(s, dtype, in[set], cat_grad_x, gemm_scratch, stream);
+    gemm_only_weight_gradient(s, dtype, in[set], cat, gemm_grad_w, gemm_scratch, stream);
   };
   run(one, forced_one)(0);
   run(forms, forced_forms)(0);

@@ -367,6 +367,24 @@ TEST_F(CudaBackwardTest, DeterministicBits) {
   EXPECT_EQ(a.grad_bias.storage, b.grad_bias.storage);
 }
 
+// Replays a captured backward three times, each on new operands (seeds first_seed, +1, +2) with
+// its gradients poisoned again, and checks each against the reference.
+void expect_replays_accurate(const CapturedGraph& graph, const DeviceBackwardOperands& d, const BackwardCase& c,
+                             std::uint32_t first_seed, const std::string& label) {
+  for (std::uint32_t trial = 0; trial < 3; ++trial) {
+    BackwardOperands fresh = make_backward_operands(c, first_seed + trial);
+    d.x.upload(fresh.x);
+    d.weight.upload(fresh.weight);
+    d.grad_y.upload(fresh.grad_y);
+    d.grad_x.upload(fresh.grad_x);
+    d.grad_weight.upload(fresh.grad_weight);
+    d.grad_bias.upload(fresh.grad_bias);
+    graph.replay();
+    d.download(fresh);
+    expect_gradients_accurate(fresh, c, label + std::to_string(trial));
+  }
+}
+
 // Captured with a caller's workspace (global capture mode: a stray default-stream launch fails),
 // then replayed on new inputs with the gradients poisoned again.
 TEST_F(CudaBackwardTest, GraphCaptureReplaysWithNewInputs) {
@@ -383,18 +401,7 @@ TEST_F(CudaBackwardTest, GraphCaptureReplaysWithNewInputs) {
     DeviceBuffer workspace(bytes);
     options.workspace = {workspace.data(), bytes};
     const CapturedGraph graph(stream, [&] { d.backward(options, stream); });
-    for (std::uint32_t trial = 0; trial < 3; ++trial) {
-      BackwardOperands fresh = make_backward_operands(c, 100 + trial);
-      d.x.upload(fresh.x);
-      d.weight.upload(fresh.weight);
-      d.grad_y.upload(fresh.grad_y);
-      d.grad_x.upload(fresh.grad_x);
-      d.grad_weight.upload(fresh.grad_weight);
-      d.grad_bias.upload(fresh.grad_bias);
-      graph.replay();
-      d.download(fresh);
-      expect_gradients_accurate(fresh, c, "graph replay " + std::to_string(trial));
-    }
+    expect_replays_accurate(graph, d, c, 100, "graph replay ");
   }
 }
 
@@ -410,18 +417,7 @@ TEST_F(CudaBackwardTest, OneLaunchCapturedAndReplayed) {
     ASSERT_TRUE(cuda::choose_forms(p, Fp32Precision::ieee).one_launch) << c;
     EXPECT_EQ(backward_workspace_bytes(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients()), 0u) << c;
     const CapturedGraph graph(stream, [&] { d.backward({}, stream); });
-    for (std::uint32_t trial = 0; trial < 3; ++trial) {
-      BackwardOperands fresh = make_backward_operands(c, 200 + trial);
-      d.x.upload(fresh.x);
-      d.weight.upload(fresh.weight);
-      d.grad_y.upload(fresh.grad_y);
-      d.grad_x.upload(fresh.grad_x);
-      d.grad_weight.upload(fresh.grad_weight);
-      d.grad_bias.upload(fresh.grad_bias);
-      graph.replay();
-      d.download(fresh);
-      expect_gradients_accurate(fresh, c, "one launch, graph replay " + std::to_string(trial));
-    }
+    expect_replays_accurate(graph, d, c, 200, "one launch, graph replay ");
   }
 }
 
