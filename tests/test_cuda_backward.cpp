@@ -74,6 +74,17 @@ const DType kDtypes[] = {DType::float32, DType::float64, DType::float16, DType::
 
 class CudaBackwardSweep : public CudaBackwardTest, public ::testing::WithParamInterface<BackwardCase> {};
 
+// Runs the backward through the plan of the given (forced) forms and waits for it. The scratch
+// is NaN bytes first: a part that a step leaves unwritten reaches the gradients as NaN.
+void run_forced_forms(const BackwardProblem& p, const cuda::BackwardForms& forms) {
+  const cuda::BackwardPlan plan = cuda::plan_backward(p, forms);
+  DeviceBuffer scratch(plan.scratch.total);
+  if (plan.scratch.total > 0) CUDA_ASSERT(cudaMemset(scratch.data(), 0xff, plan.scratch.total));
+  cuda::run_backward(p, plan, Options{}, {scratch.data(), plan.scratch.total}, nullptr);
+  const cudaError_t status = cudaDeviceSynchronize();
+  ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
+}
+
 // The same through a plan whose one-launch choice is forced either way (the other forms are
 // the library's).
 void expect_forced_backward_accurate(const BackwardCase& c, bool one_launch) {
@@ -82,13 +93,7 @@ void expect_forced_backward_accurate(const BackwardCase& c, bool one_launch) {
   const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
   cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
   forms.one_launch = one_launch;
-  const cuda::BackwardPlan plan = cuda::plan_backward(p, forms);
-  DeviceBuffer scratch(plan.scratch.total);
-  // NaN bytes: a part of the scratch that a step leaves unwritten reaches the gradients as NaN.
-  if (plan.scratch.total > 0) CUDA_ASSERT(cudaMemset(scratch.data(), 0xff, plan.scratch.total));
-  cuda::run_backward(p, plan, Options{}, {scratch.data(), plan.scratch.total}, nullptr);
-  const cudaError_t status = cudaDeviceSynchronize();
-  ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status) << " " << c;
+  ASSERT_NO_FATAL_FAILURE(run_forced_forms(p, forms)) << c;
   d.download(o);
   expect_gradients_accurate(o, c, one_launch ? "cuda, one launch" : "cuda, cuBLAS forms");
 }
@@ -139,10 +144,7 @@ TEST_F(CudaBackwardTest, EveryFormForced) {
         const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
         cuda::BackwardForms forms;
         forms.input = f.input, forms.weight = f.weight;
-        const cuda::BackwardPlan plan = cuda::plan_backward(p, forms);
-        DeviceBuffer scratch(plan.scratch.total);
-        cuda::run_backward(p, plan, Options{}, {scratch.data(), plan.scratch.total}, nullptr);
-        CUDA_ASSERT(cudaDeviceSynchronize());
+        ASSERT_NO_FATAL_FAILURE(run_forced_forms(p, forms)) << c;
         d.download(o);
         expect_gradients_accurate(o, c, std::string("cuda, forced ") + f.name);
       }
@@ -172,10 +174,7 @@ TEST_F(CudaBackwardTest, TensorCoreFormForced) {
       expect_library_error([&] { (void)cuda::plan_backward(p, refused); }, "gradients.x", "16-byte",
                            ErrorCode::unsupported);
     }
-    const cuda::BackwardPlan plan = cuda::plan_backward(p, forms);
-    DeviceBuffer scratch(plan.scratch.total);
-    cuda::run_backward(p, plan, Options{}, {scratch.data(), plan.scratch.total}, nullptr);
-    CUDA_ASSERT(cudaDeviceSynchronize());
+    ASSERT_NO_FATAL_FAILURE(run_forced_forms(p, forms)) << c;
     d.download(o);
     expect_gradients_accurate(o, c, fits ? "cuda, tensor cores" : "cuda, refused tensor cores");
   }

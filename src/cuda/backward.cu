@@ -645,10 +645,9 @@ BackwardForms choose_forms(const BackwardProblem& p, Fp32Precision precision) {
 BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms) {
   const Problem& f = p.forward;
   if (forms.one_launch) {
-    if (one_launch_blocks(p) > 0x7fffffff)
+    if (const std::int64_t blocks = one_launch_blocks(p); blocks > 0x7fffffff)
       throw Error(ErrorCode::unsupported, "grad_y",
-                  "the one-launch backward takes up to 2^31 - 1 blocks of 32 outputs, got " +
-                      std::to_string(one_launch_blocks(p)));
+                  "the one-launch backward takes up to 2^31 - 1 blocks of 32 outputs, got " + std::to_string(blocks));
     return {.forms = forms};
   }
   const std::size_t element = dtype_size(f.dtype);
