@@ -420,39 +420,11 @@ TEST_F(CudaBackwardTest, OneLaunchCapturedAndReplayed) {
   }
 }
 
-// Where the library takes the one launch: small problems (B*K*R*H up to 2^19 in 16-bit, 2^21
-// otherwise, K <= 256, B <= 512) where gradients.x or gradients.weight is requested; and long
-// reductions forced onto it (many rounds of each warp's loads).
-TEST_F(CudaBackwardTest, OneLaunchWhereSmall) {
-  struct Expectation {
-    Shape shape;
-    DType dtype;
-    bool want_x, want_weight, want_bias;
-    bool one_launch;
-  };
-  const Expectation expectations[] = {
-      {{4, 12, 32, 56}, DType::bfloat16, true, true, true, true},
-      {{4, 12, 32, 56}, DType::float32, false, true, false, true},
-      {{1, 1, 1, 1}, DType::float16, true, false, false, true},
-      {{8, 8, 64, 128}, DType::bfloat16, true, true, true, true},     // 2^19
-      {{4, 32, 32, 256}, DType::bfloat16, true, true, true, false},   // 2^20
-      {{4, 32, 32, 256}, DType::float32, true, true, true, true},
-      {{2, 512, 32, 64}, DType::float64, true, true, true, true},     // 2^21
-      {{2, 513, 32, 64}, DType::float32, true, true, true, false},
-      {{4, 16, 32, 257}, DType::float32, true, true, true, false},
-      {{4, 12, 32, 56}, DType::float32, false, false, true, false},  // the bias alone
-      {{8, 1024, 128, 1024}, DType::float32, true, true, true, false},
-  };
-  for (const Expectation& e : expectations) {
-    const BackwardCase c{e.shape, e.dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
-    BackwardOperands o = make_backward_operands(c, 24);
-    DeviceBackwardOperands d(o);
-    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(),
-                                                     d.gradients(e.want_x, e.want_weight, e.want_bias));
-    EXPECT_EQ(cuda::choose_forms(p, Fp32Precision::ieee).one_launch, e.one_launch)
-        << c << " gradients " << e.want_x << e.want_weight << e.want_bias;
-  }
-  const Shape long_reductions[] = {{2, 3, 8, 2000}, {3, 1500, 4, 5}};
+// Long reductions forced onto the one launch: a tile's reduction split between 16 and 32 warps,
+// in several rounds of each warp's loads, beside gradients whose tiles take one warp each. (Where
+// the library takes it is CudaRules.BackwardOneLaunchWhereSmall, which needs no GPU.)
+TEST_F(CudaBackwardTest, OneLaunchLongReductions) {
+  const Shape long_reductions[] = {{2, 3, 8, 2000}, {3, 1500, 4, 5}, {1, 5, 40, 100}};
   for (const BackwardCase& c : all_backward_cases(long_reductions, kDtypes)) expect_forced_backward_accurate(c, true);
 }
 

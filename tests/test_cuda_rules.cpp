@@ -2,11 +2,13 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "core/kernel_registry.hpp"
 #include "core/problem.hpp"
+#include "cuda/backward.hpp"
 #include "cuda/cublaslt_library.hpp"
 #include "cuda/device_info.hpp"
 #include "cuda/gett_kernel.hpp"
@@ -80,6 +82,61 @@ TEST(CudaRules, Float64DispatchByReductionAndOutputs) {
         testing::problem_without_operands({e.R, e.B, e.H, e.K}, DType::float64, Device::cuda(0), e.weight_stride_k);
     EXPECT_EQ(std::string(cuda::choose_kernel(p, Options{}).info.name), e.chosen)
         << "R=" << e.R << " B=" << e.B << " H=" << e.H << " K=" << e.K << " weight_stride_k=" << p.weight_stride_k;
+  }
+}
+
+// Where the CUDA backward takes every requested gradient in one launch (one_launch_wins): small
+// problems, by B*K*R*H, K, B and dtype, where gradients.x or gradients.weight is requested (the bias's
+// column sums alone are one launch already). choose_forms reads only sizes, strides and which
+// gradients are requested, so the operands' pointers are a marker never read.
+TEST(CudaRules, BackwardOneLaunchWhereSmall) {
+  struct Expected {
+    testing::Shape shape;
+    DType dtype;
+    bool want_x, want_weight, want_bias;
+    bool one_launch;
+  };
+  const Expected expected[] = {
+      {{4, 12, 32, 56}, DType::bfloat16, true, true, true, true},
+      {{4, 12, 32, 56}, DType::float32, false, true, false, true},
+      {{4, 12, 32, 56}, DType::float32, false, false, true, false},  // the bias alone
+      {{1, 1, 1, 1}, DType::float16, true, false, false, true},
+      // 16-bit and float64: up to 2^20 with K <= 256.
+      {{8, 8, 64, 128}, DType::bfloat16, true, true, true, true},     // 2^19
+      {{4, 32, 32, 256}, DType::bfloat16, true, true, true, true},    // 2^20
+      {{4, 64, 32, 128}, DType::float16, true, true, true, true},
+      {{2, 512, 32, 32}, DType::float64, true, true, true, true},
+      {{8, 12, 64, 256}, DType::bfloat16, true, true, true, false},   // 1.5 * 2^20
+      {{8, 12, 64, 256}, DType::float64, true, true, true, false},
+      {{4, 16, 32, 257}, DType::bfloat16, true, true, true, false},   // K = 257
+      {{4, 8, 32, 1024}, DType::float64, true, true, true, false},
+      // float32: up to 2^21 with K <= 1024.
+      {{4, 32, 32, 256}, DType::float32, true, true, true, true},
+      {{4, 12, 32, 1024}, DType::float32, true, true, true, true},
+      {{2, 512, 32, 64}, DType::float32, false, true, false, true},   // 2^21
+      {{2, 16, 32, 2048}, DType::float32, true, true, true, false},   // K = 2048
+      {{4, 16, 64, 1024}, DType::float32, true, true, true, false},   // 2^22
+      {{8, 1024, 128, 1024}, DType::float32, true, true, true, false},
+      // B <= 512 in every dtype.
+      {{1, 512, 16, 16}, DType::float32, true, true, true, true},
+      {{1, 513, 16, 16}, DType::float32, true, true, true, false},
+      {{1, 513, 16, 16}, DType::bfloat16, true, false, false, false},
+  };
+  alignas(256) static std::byte marker[256];
+  for (const Expected& e : expected) {
+    BackwardProblem p;
+    p.forward = testing::problem_without_operands(e.shape, e.dtype, Device::cuda(0));
+    p.forward.x = p.forward.weight = marker;
+    p.grad_y = marker, p.grad_y_stride_b = e.shape.K;
+    if (e.want_x) {
+      p.grad_x = marker;
+      p.grad_x_stride_r = e.shape.B * e.shape.H, p.grad_x_stride_b = e.shape.H, p.grad_x_stride_h = 1;
+    }
+    if (e.want_weight) p.grad_weight = marker, p.grad_weight_stride_k = p.forward.RH;
+    if (e.want_bias) p.grad_bias = marker;
+    EXPECT_EQ(cuda::choose_forms(p, Fp32Precision::ieee).one_launch, e.one_launch)
+        << "R=" << e.shape.R << " B=" << e.shape.B << " H=" << e.shape.H << " K=" << e.shape.K << " "
+        << dtype_name(e.dtype) << " gradients " << e.want_x << e.want_weight << e.want_bias;
   }
 }
 

@@ -175,34 +175,31 @@ void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::in
 // Small problems' gradients in one launch, without cuBLAS or scratch. Each gradient is cut into
 // tiles of 32 adjacent outputs (along a row of gradients.x's (B, R*H) or of gradients.weight, or
 // 32 of the bias's); lane j of a tile's warps owns output j. A tile's reduction is split between
-// `splits` warps (1 to 8, more for longer reductions: see one_launch_splits), warp s taking every
+// `splits` warps (1 to 32, more for longer reductions: see one_launch_splits), warp s taking every
 // splits-th index from s, kOneLaunchUnroll loads in flight; the partial sums then meet in shared
-// memory, added in warp order, so each sum's order depends on the shape alone. A block of
-// kOneLaunchWarps warps holds kOneLaunchWarps / splits tiles of one gradient. A warp reads 32
-// adjacent elements of a row of W or x (coalesced) against one element of grad_y (a broadcast).
-// Blocks number gradients.x's tiles first, then gradients.weight's, then the bias's; a requested
-// gradient whose reduction is empty (K = 0 or B = 0) is written as zeros.
-constexpr int kOneLaunchWarps = 8;
+// memory, added in warp order, so each sum's order depends on the shape alone. A block has as
+// many warps as the longest requested reduction splits into (at least kOneLaunchMinWarps) and
+// holds warps / splits tiles of one gradient. A warp reads 32 adjacent elements of a row of W or
+// x (coalesced) against one element of grad_y (a broadcast). Blocks number gradients.x's tiles
+// first, then gradients.weight's, then the bias's; a requested gradient whose reduction is empty
+// (K = 0 or B = 0) is written as zeros.
+constexpr int kOneLaunchMinWarps = 8;
+constexpr int kOneLaunchMaxWarps = 32;
 constexpr int kOneLaunchUnroll = 8;
 
 // Warps per tile for a reduction this long: enough that each warp's share is one round of
-// kOneLaunchUnroll loads, up to every warp of the block.
+// kOneLaunchUnroll loads, up to kOneLaunchMaxWarps (a long reduction's rounds are each a memory
+// latency, so they, not the loads, set its time).
 int one_launch_splits(std::int64_t length) {
   int splits = 1;
-  while (splits < kOneLaunchWarps && splits * kOneLaunchUnroll < length) splits *= 2;
+  while (splits < kOneLaunchMaxWarps && splits * kOneLaunchUnroll < length) splits *= 2;
   return splits;
 }
 
 struct OneLaunchSegment {
-  std::int64_t tiles = 0, blocks = 0;  // tiles of 32 outputs; blocks of kOneLaunchWarps / splits tiles
+  std::int64_t tiles = 0, blocks = 0;  // tiles of 32 outputs; blocks of warps / splits tiles
   int splits = 1;
 };
-
-OneLaunchSegment one_launch_segment(bool requested, std::int64_t tiles, std::int64_t reduction) {
-  if (!requested || tiles == 0) return {};
-  const int splits = one_launch_splits(reduction), per_block = kOneLaunchWarps / splits;
-  return {tiles, (tiles + per_block - 1) / per_block, splits};
-}
 
 struct OneLaunchArgs {
   const void* x;
@@ -215,6 +212,7 @@ struct OneLaunchArgs {
   std::int64_t x_stride_r, x_stride_b, x_stride_h, weight_stride_k, grad_y_stride_b;
   std::int64_t grad_x_stride_r, grad_x_stride_b, grad_x_stride_h, grad_weight_stride_k;
   std::int64_t column_tiles;  // ceil(R*H / 32): tiles along a row of gradients.x or gradients.weight
+  int warps;                  // per block
   OneLaunchSegment input, weight_gradient, bias;
 };
 
@@ -241,9 +239,9 @@ __device__ __forceinline__ Accumulator<T> warp_share_of_sum(const T* a, std::int
 }
 
 template <class T>
-__global__ void __launch_bounds__(32 * kOneLaunchWarps) one_launch_backward_kernel(const OneLaunchArgs a) {
+__global__ void __launch_bounds__(32 * kOneLaunchMaxWarps) one_launch_backward_kernel(const OneLaunchArgs a) {
   using Acc = Accumulator<T>;
-  __shared__ Acc partial[kOneLaunchWarps][32];
+  __shared__ Acc partial[kOneLaunchMaxWarps][32];
   const int lane = threadIdx.x, warp = threadIdx.y;
   const T* grad_y = static_cast<const T*>(a.grad_y);
   wait_for_prerequisite_grid();
@@ -257,7 +255,7 @@ __global__ void __launch_bounds__(32 * kOneLaunchWarps) one_launch_backward_kern
     if (block >= a.weight_gradient.blocks) block -= a.weight_gradient.blocks, gradient = 2, segment = &a.bias;
   }
   const int splits = segment->splits, split = warp % splits;
-  const std::int64_t tile = block * (kOneLaunchWarps / splits) + warp / splits;
+  const std::int64_t tile = block * (a.warps / splits) + warp / splits;
   T* out = nullptr;  // this lane's output; null past the gradient's end
   Acc sum = 0;
   if (tile < segment->tiles) {
@@ -301,9 +299,17 @@ OneLaunchArgs one_launch_args(const BackwardProblem& p) {
                   f.x_stride_r, f.x_stride_b, f.x_stride_h, f.weight_stride_k, p.grad_y_stride_b,
                   p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h, p.grad_weight_stride_k};
   a.column_tiles = (f.RH + 31) / 32;
-  a.input = one_launch_segment(p.grad_x != nullptr, f.B * a.column_tiles, f.K);
-  a.weight_gradient = one_launch_segment(p.grad_weight != nullptr, f.K * a.column_tiles, f.B);
-  a.bias = one_launch_segment(p.grad_bias != nullptr, (f.K + 31) / 32, f.B);
+  const int input_splits = one_launch_splits(f.K), batch_splits = one_launch_splits(f.B);
+  a.warps = std::max({kOneLaunchMinWarps, p.grad_x != nullptr ? input_splits : 1,
+                      p.grad_weight != nullptr || p.grad_bias != nullptr ? batch_splits : 1});
+  const auto segment = [&](bool requested, std::int64_t tiles, int splits) -> OneLaunchSegment {
+    if (!requested || tiles == 0) return {};
+    const int per_block = a.warps / splits;
+    return {tiles, (tiles + per_block - 1) / per_block, splits};
+  };
+  a.input = segment(p.grad_x != nullptr, f.B * a.column_tiles, input_splits);
+  a.weight_gradient = segment(p.grad_weight != nullptr, f.K * a.column_tiles, batch_splits);
+  a.bias = segment(p.grad_bias != nullptr, (f.K + 31) / 32, batch_splits);
   return a;
 }
 
@@ -319,7 +325,7 @@ void one_launch_backward(const BackwardProblem& p, CudaStream stream) {
   if (blocks == 0) return;
   visit_any_device_dtype(f.dtype, [&]<class T>() {
     launch_maybe_programmatic(one_launch_backward_kernel<T>, a, dim3(static_cast<unsigned>(blocks)),
-                              dim3(32, kOneLaunchWarps), 0, stream, f.device.index, /*programmatic=*/true,
+                              dim3(32, static_cast<unsigned>(a.warps)), 0, stream, f.device.index, /*programmatic=*/true,
                               "one_launch_backward_kernel");
   });
 }
@@ -454,18 +460,19 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
 
 // Where one launch of one_launch_backward_kernel beats the forms' cuBLAS calls and column sums
 // (backward_timing --one-launch on an H100, all three gradients, contiguous and head-major x;
-// backward_one_launch_h100_session68.csv), by products B*K*R*H:
-// - up to 2^19: 0.29-0.66x the forms' time in bfloat16 and float32 (the seed problem 0.29-0.40x);
-// - 16-bit from 2^20: 1.06-3.4x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
-// - float32 to 2^21 with K <= 256: 0.47-0.94x; K = 1024 (many rounds of loads per warp) 1.5-2.2x
-//   at 2^20; from 2^22 0.9-2.2x. A reduction over B = 1024 took 2.2x.
-// float64 takes float32's bounds.
+// backward_one_launch_h100_session69.csv), by products B*K*R*H, K and B:
+// - 16-bit and float64 up to 2^20 with K <= 256: 0.41-0.93x the forms' time; from 1.5 * 2^20, or
+//   at 2^20 with K = 1024, 1.1-1.6x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
+// - float32 up to 2^21 with K <= 1024: 0.20-0.94x (K = 1024 with B = 12, where cuBLAS's SGEMMs
+//   took 56 us, 0.20x); past 2^21, or with K >= 2048, 1.05-1.5x;
+// - a reduction over B = 1024 (32 warps of 4 rounds of loads each) 0.98-1.3x.
 bool one_launch_wins(const BackwardProblem& p) {
   const Problem& f = p.forward;
   if (p.grad_x == nullptr && p.grad_weight == nullptr) return false;  // the column sums are one launch already
+  if (f.B > 512) return false;
   const std::int64_t products = f.B * f.K * f.RH;
-  const int log2_bound = dtype_size(f.dtype) == 2 ? 19 : 21;
-  return f.K <= 256 && f.B <= 512 && products <= (std::int64_t{1} << log2_bound);
+  if (f.dtype == DType::float32) return f.K <= 1024 && products <= (std::int64_t{1} << 21);
+  return f.K <= 256 && products <= (std::int64_t{1} << 20);
 }
 
 // Weight rows that overlap (stride(0) < R*H, e.g. one row broadcast) are no GEMM operand: the
