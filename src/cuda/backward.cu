@@ -461,11 +461,11 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
 // Where one launch of one_launch_backward_kernel beats the forms' cuBLAS calls and column sums
 // (backward_timing --one-launch on an H100, all three gradients, contiguous and head-major x;
 // backward_one_launch_h100_session69.csv), by products B*K*R*H, K and B:
-// - 16-bit and float64 up to 2^20 with K <= 256: 0.41-0.93x the forms' time; from 1.5 * 2^20, or
-//   at 2^20 with K = 1024, 1.1-1.6x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
-// - float32 up to 2^21 with K <= 1024: 0.20-0.94x (K = 1024 with B = 12, where cuBLAS's SGEMMs
-//   took 56 us, 0.20x); past 2^21, or with K >= 2048, 1.05-1.5x;
-// - a reduction over B = 1024 (32 warps of 4 rounds of loads each) 0.98-1.3x.
+// - 16-bit and float64 up to 2^20 with K <= 256: 0.40-0.93x the forms' time; from 1.5 * 2^20,
+//   or at 2^20 with K = 1024, 1.09-1.63x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
+// - float32 up to 2^21 with K <= 1024: 0.20-0.94x (0.20x at K = 1024, B = 12, where cuBLASLt's
+//   heuristic picks a 52 us SGEMM); past 2^21, or at K = 4096, 1.05-1.50x;
+// - a reduction over B = 1024 (32 warps of 4 rounds of loads): 0.98-2.1x.
 bool one_launch_wins(const BackwardProblem& p) {
   const Problem& f = p.forward;
   if (p.grad_x == nullptr && p.grad_weight == nullptr) return false;  // the column sums are one launch already
