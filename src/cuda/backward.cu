@@ -462,7 +462,7 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
 // (backward_timing --one-launch on an H100, all three gradients, contiguous and head-major x;
 // backward_one_launch_h100_session69.csv), by products B*K*R*H, K and B:
 // - 16-bit and float64 up to 2^20 with K <= 256: 0.40-0.93x the forms' time; from 1.5 * 2^20,
-//   or at 2^20 with K = 1024, 1.09-1.63x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
+//   or at 2^20 with K = 1024, 1.09-2.96x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
 // - float32 up to 2^21 with K <= 1024: 0.20-0.94x (0.20x at K = 1024, B = 12, where cuBLASLt's
 //   heuristic picks a 52 us SGEMM); past 2^21, or at K = 4096, 1.05-1.50x;
 // - a reduction over B = 1024 (32 warps of 4 rounds of loads): 0.98-2.1x.
