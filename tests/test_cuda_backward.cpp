@@ -1,7 +1,7 @@
 // The CUDA backward against the exact reference: every form of its GEMMs (slices side by side, a
 // unit stride in h or in b, a staged gradient, a concatenated x, a copied weight), the one-launch
-// kernel of small problems, the bias gradient's one- and two-pass sums, TF32, graph capture with new inputs, determinism, and the
-// device-specific errors. Gradients are NaN-poisoned first.
+// kernel of small problems, the bias gradient's one- and two-pass sums, TF32, graph capture with
+// new inputs, determinism, and the device-specific errors. Gradients are NaN-poisoned first.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

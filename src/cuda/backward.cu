@@ -214,6 +214,7 @@ struct OneLaunchArgs {
   std::int64_t column_tiles;  // ceil(R*H / 32): tiles along a row of gradients.x or gradients.weight
   int warps;                  // per block
   OneLaunchSegment input, weight_gradient, bias;
+  std::int64_t blocks() const { return input.blocks + weight_gradient.blocks + bias.blocks; }
 };
 
 // sum over i < length of a[i * a_step] * b[i * b_step] (b null: of a[i * a_step]), over the
@@ -313,15 +314,10 @@ OneLaunchArgs one_launch_args(const BackwardProblem& p) {
   return a;
 }
 
-std::int64_t one_launch_blocks(const BackwardProblem& p) {
-  const OneLaunchArgs a = one_launch_args(p);
-  return a.input.blocks + a.weight_gradient.blocks + a.bias.blocks;
-}
-
 void one_launch_backward(const BackwardProblem& p, CudaStream stream) {
   const Problem& f = p.forward;
   const OneLaunchArgs a = one_launch_args(p);
-  const std::int64_t blocks = a.input.blocks + a.weight_gradient.blocks + a.bias.blocks;
+  const std::int64_t blocks = a.blocks();
   if (blocks == 0) return;
   visit_any_device_dtype(f.dtype, [&]<class T>() {
     launch_maybe_programmatic(one_launch_backward_kernel<T>, a, dim3(static_cast<unsigned>(blocks)),
@@ -652,7 +648,7 @@ BackwardForms choose_forms(const BackwardProblem& p, Fp32Precision precision) {
 BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms) {
   const Problem& f = p.forward;
   if (forms.one_launch) {
-    if (const std::int64_t blocks = one_launch_blocks(p); blocks > 0x7fffffff)
+    if (const std::int64_t blocks = one_launch_args(p).blocks(); blocks > 0x7fffffff)
       throw Error(ErrorCode::unsupported, "grad_y",
                   "the one-launch backward takes up to 2^31 - 1 blocks of 32 outputs, got " + std::to_string(blocks));
     return {.forms = forms};
