@@ -95,30 +95,47 @@ std::vector<Set> input_sets(const Shape& s, DType dtype, bool head_major, Buffer
   return in;
 }
 
-// The comparator's GEMMs, as if the concatenation came for free: gradients.x into a (B, R*H)
-// matrix, (R*H x B) = W^T (R*H x K) * grad_y^T (K x B) in cuBLAS's column-major terms ...
-void gemm_only_input_gradient(const Shape& s, DType dtype, const Set& set, void* out, void* scratch,
-                              cudaStream_t stream) {
-  const std::int64_t RH = s.R * s.H;
-  cuda::StridedBatchedGemm dx;
-  dx.dtype = dtype, dx.m = RH, dx.n = s.B, dx.k = s.K;
-  dx.a = {set.weight.data, false, RH, 0};
-  dx.b = {set.grad_y.data, false, s.K, 0};
-  dx.d = out, dx.ldd = RH;
-  cuda::run_gemm(dx, 0, scratch, stream);
-}
+// The comparator: gradients.x and gradients.weight as cuBLASLt GEMMs, as if the concatenation
+// came for free (x's, made once from set 0; every set's x has its layout and sizes).
+struct GemmOnly {
+  const Shape& s;
+  DType dtype;
+  const std::vector<Set>& in;
+  cudaStream_t stream;
+  void *concatenation, *grad_x, *grad_weight, *scratch;  // grad_x: a (B, R*H) matrix
 
-// ... and gradients.weight from x's concatenation: (R*H x K) = cat^T (R*H x B) * grad_y (B x K).
-void gemm_only_weight_gradient(const Shape& s, DType dtype, const Set& set, const void* concatenation, void* out,
-                               void* scratch, cudaStream_t stream) {
-  const std::int64_t RH = s.R * s.H;
-  cuda::StridedBatchedGemm dw;
-  dw.dtype = dtype, dw.m = RH, dw.n = s.K, dw.k = s.B;
-  dw.a = {concatenation, false, RH, 0};
-  dw.b = {set.grad_y.data, true, s.K, 0};
-  dw.d = out, dw.ldd = RH;
-  cuda::run_gemm(dw, 0, scratch, stream);
-}
+  GemmOnly(const Shape& shape, DType type, const std::vector<Set>& sets, Buffers& buf, cudaStream_t on)
+      : s(shape), dtype(type), in(sets), stream(on) {
+    const std::size_t nx = s.R * s.B * s.H, nw = s.K * s.R * s.H;
+    concatenation = buf.alloc(nx), grad_x = buf.alloc(nx), grad_weight = buf.alloc(nw);
+    scratch = buf.alloc(cuda::kGemmWorkspaceBytes / buf.element);
+    cuda::concatenate(validate_inputs(in[0].x, in[0].weight, std::nullopt), concatenation, stream);
+  }
+  // (R*H x B) = W^T (R*H x K) * grad_y^T (K x B) in cuBLAS's column-major terms ...
+  void input_gradient(int set) const {
+    const std::int64_t RH = s.R * s.H;
+    cuda::StridedBatchedGemm dx;
+    dx.dtype = dtype, dx.m = RH, dx.n = s.B, dx.k = s.K;
+    dx.a = {in[set].weight.data, false, RH, 0};
+    dx.b = {in[set].grad_y.data, false, s.K, 0};
+    dx.d = grad_x, dx.ldd = RH;
+    cuda::run_gemm(dx, 0, scratch, stream);
+  }
+  // ... and (R*H x K) = cat^T (R*H x B) * grad_y (B x K).
+  void weight_gradient(int set) const {
+    const std::int64_t RH = s.R * s.H;
+    cuda::StridedBatchedGemm dw;
+    dw.dtype = dtype, dw.m = RH, dw.n = s.K, dw.k = s.B;
+    dw.a = {concatenation, false, RH, 0};
+    dw.b = {in[set].grad_y.data, true, s.K, 0};
+    dw.d = grad_weight, dw.ldd = RH;
+    cuda::run_gemm(dw, 0, scratch, stream);
+  }
+  void operator()(int set) const {
+    input_gradient(set);
+    weight_gradient(set);
+  }
+};
 
 void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream) {
   const std::int64_t RH = s.R * s.H;
@@ -129,8 +146,7 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
   const int sets = static_cast<int>(in.size());
   // Outputs, shared by the sets: gradients.x in x's layout; the comparator's (B, R*H) and dW.
   void *grad_x = buf.alloc(nx), *grad_w = buf.alloc(nw), *grad_b = buf.alloc(s.K);
-  void *cat = buf.alloc(nx), *cat_grad_x = buf.alloc(nx), *gemm_grad_w = buf.alloc(nw);
-  void* gemm_scratch = buf.alloc(cuda::kGemmWorkspaceBytes / buf.element);
+  const GemmOnly gemm_only(s, dtype, in, buf, stream);
   const TensorView x0 = in[0].x;
   Gradients all;
   all.x = TensorView::strided(grad_x, dtype, dev, {s.R, s.B, s.H}, {x0.stride(0), x0.stride(1), 1});
@@ -141,22 +157,12 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
   Options options;
   const std::size_t ws = backward_workspace_bytes(in[0].grad_y, in[0].x, in[0].weight, all, options);
   options.workspace = {buf.alloc(ws / buf.element + 1), ws};
-  {  // the comparator's concatenation, made once
-    const Problem p = validate_inputs(in[0].x, in[0].weight, std::nullopt);
-    cuda::concatenate(p, cat, stream);
-  }
 
   const auto library = [&](const Gradients& g) {
     return [&, g](int set) { backward(in[set].grad_y, in[set].x, in[set].weight, g, options, stream); };
   };
-  const auto gemm_dx = [&](int set) { gemm_only_input_gradient(s, dtype, in[set], cat_grad_x, gemm_scratch, stream); };
-  const auto gemm_dw = [&](int set) {
-    gemm_only_weight_gradient(s, dtype, in[set], cat, gemm_grad_w, gemm_scratch, stream);
-  };
-  const auto gemm_only = [&](int set) {
-    gemm_dx(set);
-    gemm_dw(set);
-  };
+  const auto gemm_dx = [&](int set) { gemm_only.input_gradient(set); };
+  const auto gemm_dw = [&](int set) { gemm_only.weight_gradient(set); };
   Gradients x_only, weight_only, bias_only;
   x_only.x = all.x;
   weight_only.weight = all.weight;
@@ -167,7 +173,7 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
   gemm_only(0);
   check(cudaStreamSynchronize(stream), "check runs");
   const auto download = [dtype](const void* p, std::size_t n) { return download_as_float(p, n, dtype); };
-  const double dx_err = disagreement(download(grad_x, nx), download(cat_grad_x, nx), [&](std::size_t i) {
+  const double dx_err = disagreement(download(grad_x, nx), download(gemm_only.grad_x, nx), [&](std::size_t i) {
     // grad_x element i in storage order of x's layout -> (r, b, h) -> the comparator's b*RH + r*H + h
     std::size_t r, b, h;
     if (head_major)
@@ -178,7 +184,7 @@ void run_shape(const Shape& s, DType dtype, bool head_major, cudaStream_t stream
   });
   // The comparator's column-major (R*H x K) with ld R*H is the row-major (K, R*H) itself.
   const double dw_err =
-      disagreement(download(grad_w, nw), download(gemm_grad_w, nw), [](std::size_t i) { return i; });
+      disagreement(download(grad_w, nw), download(gemm_only.grad_weight, nw), [](std::size_t i) { return i; });
 
   const double flops = 4.0 * s.B * s.K * RH;
   const int repeats = static_cast<int>(std::clamp(4e10 / flops, 10.0, 200.0));
@@ -304,14 +310,7 @@ void run_one_launch(const Shape& s, DType dtype, bool head_major, cudaStream_t s
       cuda::run_backward(p, cuda::plan_backward(p, f), Options{}, scratch, stream);
     };
   };
-  // The comparator: gradients.x and gradients.weight as two GEMMs on x concatenated beforehand.
-  void *cat = buf.alloc(nx), *cat_grad_x = buf.alloc(nx), *gemm_grad_w = buf.alloc(nw);
-  void* gemm_scratch = buf.alloc(cuda::kGemmWorkspaceBytes / buf.element);
-  cuda::concatenate(validate_inputs(in[0].x, in[0].weight, std::nullopt), cat, stream);
-  const auto gemm_only = [&](int set) {
-    gemm_only_input_gradient(s, dtype, in[set], cat_grad_x, gemm_scratch, stream);
-    gemm_only_weight_gradient(s, dtype, in[set], cat, gemm_grad_w, gemm_scratch, stream);
-  };
+  const GemmOnly gemm_only(s, dtype, in, buf, stream);
   run(one, forced_one)(0);
   run(forms, forced_forms)(0);
   check(cudaStreamSynchronize(stream), "check runs");
