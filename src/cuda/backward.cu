@@ -176,8 +176,8 @@ void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::in
 // tiles of 32 adjacent outputs (along a row of gradients.x's (B, R*H) or of gradients.weight, or
 // 32 of the bias's); lane j of a tile's warps owns output j. A tile's reduction is split between
 // `splits` warps (1 to 32, more for longer reductions: see one_launch_splits), warp s taking every
-// splits-th index from s, kOneLaunchUnroll loads in flight; the partial sums then meet in shared
-// memory, added in warp order, so each sum's order depends on the shape alone. A block has as
+// splits-th index from s, 8 or 16 loads in flight (one_launch_unroll); the partial sums then meet
+// in shared memory, added in warp order, so each sum's order depends on the shape alone. A block has as
 // many warps as the longest requested reduction splits into (at least kOneLaunchMinWarps) and
 // holds warps / splits tiles of one gradient. A warp reads 32 adjacent elements of a row of W or
 // x (coalesced) against one element of grad_y (a broadcast). Blocks number gradients.x's tiles
@@ -185,14 +185,21 @@ void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::in
 // (K = 0 or B = 0) is written as zeros.
 constexpr int kOneLaunchMinWarps = 8;
 constexpr int kOneLaunchMaxWarps = 32;
-constexpr int kOneLaunchUnroll = 8;
+
+// Loads a warp keeps in flight: 8, or 16 in float32 with B > 8. The kernel of 16 holds 64
+// registers a thread (one 1024-thread block a multiprocessor, against two for the kernel of 8)
+// and splits each reduction between half as many warps. On an H100 (all three gradients,
+// backward_one_launch_unroll_h100_session70_b.csv) it took 0.63-0.94x the kernel of 8's time in
+// float32 where B = 12-1024 (9 shapes; 7.7 us against 12.1 at (4, 12, 32, 1024)), but 1.19x and
+// 1.57x at B = 8 and 2 with K = 128 and 1024 (0.95x at B = 1), and 1.02-1.53x in bfloat16.
+int one_launch_unroll(const Problem& f) { return f.dtype == DType::float32 && f.B > 8 ? 16 : 8; }
 
 // Warps per tile for a reduction this long: enough that each warp's share is one round of
-// kOneLaunchUnroll loads, up to kOneLaunchMaxWarps (a long reduction's rounds are each a memory
-// latency, so they, not the loads, set its time).
-int one_launch_splits(std::int64_t length) {
+// `unroll` loads, up to kOneLaunchMaxWarps (a long reduction's rounds are each a memory latency,
+// so they, not the loads, set its time).
+int one_launch_splits(std::int64_t length, int unroll) {
   int splits = 1;
-  while (splits < kOneLaunchMaxWarps && splits * kOneLaunchUnroll < length) splits *= 2;
+  while (splits < kOneLaunchMaxWarps && splits * unroll < length) splits *= 2;
   return splits;
 }
 
@@ -213,34 +220,38 @@ struct OneLaunchArgs {
   std::int64_t grad_x_stride_r, grad_x_stride_b, grad_x_stride_h, grad_weight_stride_k;
   std::int64_t column_tiles;  // ceil(R*H / 32): tiles along a row of gradients.x or gradients.weight
   int warps;                  // per block
+  int unroll;                 // loads in flight a warp: the kernel's kUnroll
   OneLaunchSegment input, weight_gradient, bias;
   std::int64_t blocks() const { return input.blocks + weight_gradient.blocks + bias.blocks; }
 };
 
 // sum over i < length of a[i * a_step] * b[i * b_step] (b null: of a[i * a_step]), over the
 // indices split, split + splits, ... that this warp owns.
-template <class T>
+template <int kUnroll, class T>
 __device__ __forceinline__ Accumulator<T> warp_share_of_sum(const T* a, std::int64_t a_step, const T* b,
                                                             std::int64_t b_step, std::int64_t length, int split,
                                                             int splits) {
   using Acc = Accumulator<T>;
   Acc sum = 0;
-  for (std::int64_t i0 = split; i0 < length; i0 += static_cast<std::int64_t>(splits) * kOneLaunchUnroll) {
-    Acc u[kOneLaunchUnroll], v[kOneLaunchUnroll];
+  for (std::int64_t i0 = split; i0 < length; i0 += static_cast<std::int64_t>(splits) * kUnroll) {
+    Acc u[kUnroll], v[kUnroll];
 #pragma unroll
-    for (int j = 0; j < kOneLaunchUnroll; ++j) {
+    for (int j = 0; j < kUnroll; ++j) {
       const std::int64_t i = i0 + static_cast<std::int64_t>(j) * splits;
       u[j] = i < length ? to_accumulator(__ldg(a + i * a_step)) : Acc(0);
       v[j] = b == nullptr ? Acc(1) : i < length ? to_accumulator(__ldg(b + i * b_step)) : Acc(0);
     }
 #pragma unroll
-    for (int j = 0; j < kOneLaunchUnroll; ++j) sum = fused_multiply_add(u[j], v[j], sum);
+    for (int j = 0; j < kUnroll; ++j) sum = fused_multiply_add(u[j], v[j], sum);
   }
   return sum;
 }
 
-template <class T>
-__global__ void __launch_bounds__(32 * kOneLaunchMaxWarps) one_launch_backward_kernel(const OneLaunchArgs a) {
+// No minimum of blocks a multiprocessor for the kernel of 8 leaves ptxas at 32 registers (two
+// blocks); a minimum of 1 lets the kernel of 16 take 64.
+template <class T, int kUnroll>
+__global__ void __launch_bounds__(32 * kOneLaunchMaxWarps, kUnroll == 8 ? 0 : 1)
+    one_launch_backward_kernel(const OneLaunchArgs a) {
   using Acc = Accumulator<T>;
   __shared__ Acc partial[kOneLaunchMaxWarps][32];
   const int lane = threadIdx.x, warp = threadIdx.y;
@@ -265,23 +276,23 @@ __global__ void __launch_bounds__(32 * kOneLaunchMaxWarps) one_launch_backward_k
       if (c < a.RH) {
         const std::int64_t r = c / a.H, h = c - r * a.H;
         out = static_cast<T*>(a.grad_x) + r * a.grad_x_stride_r + b * a.grad_x_stride_b + h * a.grad_x_stride_h;
-        sum = warp_share_of_sum(grad_y + b * a.grad_y_stride_b, 1, static_cast<const T*>(a.weight) + c,
-                                a.weight_stride_k, a.K, split, splits);
+        sum = warp_share_of_sum<kUnroll>(grad_y + b * a.grad_y_stride_b, 1, static_cast<const T*>(a.weight) + c,
+                                         a.weight_stride_k, a.K, split, splits);
       }
     } else if (gradient == 1) {  // gradients.weight[k, r*H + h] = sum_b grad_y[b, k] * x[r, b, h]
       const std::int64_t k = tile / a.column_tiles, c = tile % a.column_tiles * 32 + lane;
       if (c < a.RH) {
         const std::int64_t r = c / a.H, h = c - r * a.H;
         out = static_cast<T*>(a.grad_weight) + k * a.grad_weight_stride_k + c;
-        sum = warp_share_of_sum(grad_y + k, a.grad_y_stride_b,
-                                static_cast<const T*>(a.x) + r * a.x_stride_r + h * a.x_stride_h, a.x_stride_b, a.B,
-                                split, splits);
+        sum = warp_share_of_sum<kUnroll>(grad_y + k, a.grad_y_stride_b,
+                                         static_cast<const T*>(a.x) + r * a.x_stride_r + h * a.x_stride_h,
+                                         a.x_stride_b, a.B, split, splits);
       }
     } else {  // gradients.bias[k] = sum_b grad_y[b, k]
       const std::int64_t k = tile * 32 + lane;
       if (k < a.K) {
         out = static_cast<T*>(a.grad_bias) + k;
-        sum = warp_share_of_sum<T>(grad_y + k, a.grad_y_stride_b, nullptr, 0, a.B, split, splits);
+        sum = warp_share_of_sum<kUnroll, T>(grad_y + k, a.grad_y_stride_b, nullptr, 0, a.B, split, splits);
       }
     }
   }
@@ -300,7 +311,8 @@ OneLaunchArgs one_launch_args(const BackwardProblem& p) {
                   f.x_stride_r, f.x_stride_b, f.x_stride_h, f.weight_stride_k, p.grad_y_stride_b,
                   p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h, p.grad_weight_stride_k};
   a.column_tiles = (f.RH + 31) / 32;
-  const int input_splits = one_launch_splits(f.K), batch_splits = one_launch_splits(f.B);
+  a.unroll = one_launch_unroll(f);
+  const int input_splits = one_launch_splits(f.K, a.unroll), batch_splits = one_launch_splits(f.B, a.unroll);
   a.warps = std::max({kOneLaunchMinWarps, p.grad_x != nullptr ? input_splits : 1,
                       p.grad_weight != nullptr || p.grad_bias != nullptr ? batch_splits : 1});
   const auto segment = [&](bool requested, std::int64_t tiles, int splits) -> OneLaunchSegment {
@@ -320,9 +332,11 @@ void one_launch_backward(const BackwardProblem& p, CudaStream stream) {
   const std::int64_t blocks = a.blocks();
   if (blocks == 0) return;
   visit_any_device_dtype(f.dtype, [&]<class T>() {
-    launch_maybe_programmatic(one_launch_backward_kernel<T>, a, dim3(static_cast<unsigned>(blocks)),
-                              dim3(32, static_cast<unsigned>(a.warps)), 0, stream, f.device.index, /*programmatic=*/true,
-                              "one_launch_backward_kernel");
+    auto* kernel = one_launch_backward_kernel<T, 8>;
+    if constexpr (std::is_same_v<T, float>)
+      if (a.unroll == 16) kernel = one_launch_backward_kernel<T, 16>;
+    launch_maybe_programmatic(kernel, a, dim3(static_cast<unsigned>(blocks)), dim3(32, static_cast<unsigned>(a.warps)),
+                              0, stream, f.device.index, /*programmatic=*/true, "one_launch_backward_kernel");
   });
 }
 
