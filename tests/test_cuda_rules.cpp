@@ -117,10 +117,20 @@ TEST(CudaRules, BackwardOneLaunchWhereSmall) {
       {{2, 16, 32, 2048}, DType::float32, true, true, true, false},   // K = 2048
       {{4, 16, 64, 1024}, DType::float32, true, true, true, false},   // 2^22
       {{8, 1024, 128, 1024}, DType::float32, true, true, true, false},
-      // B <= 512 in every dtype.
-      {{1, 512, 16, 16}, DType::float32, true, true, true, true},
-      {{1, 513, 16, 16}, DType::float32, true, true, true, false},
+      // B <= 1024 in float32 (16 loads in flight a warp), B <= 512 in the other dtypes.
+      {{1, 1024, 16, 16}, DType::float32, true, true, true, true},
+      {{2, 1024, 32, 32}, DType::float32, true, true, true, true},     // 2^21
+      {{1, 1025, 16, 16}, DType::float32, true, true, true, false},
+      {{1, 512, 16, 16}, DType::bfloat16, true, false, false, true},
       {{1, 513, 16, 16}, DType::bfloat16, true, false, false, false},
+      {{1, 513, 16, 16}, DType::float64, true, true, true, false},
+      // Products count R*H rounded up to 32 (a tile's lanes).
+      {{1, 512, 1, 1024}, DType::float32, true, true, true, false},   // 2^24 lanes' products, 2^19 real
+      {{1, 64, 1, 1024}, DType::float32, true, true, true, true},     // 2^21
+      {{2, 512, 8, 64}, DType::float32, true, true, true, true},      // 2^20
+      {{1, 256, 8, 256}, DType::bfloat16, true, true, true, false},   // 2^21
+      {{1, 128, 7, 256}, DType::bfloat16, true, true, true, true},    // 2^20
+      {{1, 600, 16, 16}, DType::float32, true, true, true, true},
   };
   alignas(256) static std::byte marker[256];
   for (const Expected& e : expected) {

@@ -470,19 +470,25 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
 
 // Where one launch of one_launch_backward_kernel beats the forms' cuBLAS calls and column sums
 // (backward_timing --one-launch on an H100, all three gradients, contiguous and head-major x;
-// backward_one_launch_h100_session69.csv), by products B*K*R*H, K and B:
+// backward_one_launch_h100_session69.csv and the session-71 files named below), by K, B and
+// lane products B*K*ceil32(R*H): a tile's 32 lanes cover 32 columns of R*H and idle past its end,
+// so a narrow R*H costs as much as 32 columns (counting R*H itself took cells with R*H = 1-8 at
+// 1.1-4.4x the forms' time, 57.6 us against 13.1 at (1, 512, 1, 1024) in float32:
+// backward_one_launch_narrow_h100_session71.csv):
 // - 16-bit and float64 up to 2^20 with K <= 256: 0.40-0.93x the forms' time; from 1.5 * 2^20,
 //   or at 2^20 with K = 1024, 1.09-2.96x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
-// - float32 up to 2^21 with K <= 1024: 0.20-0.94x (0.20x at K = 1024, B = 12, where cuBLASLt's
-//   heuristic picks a 52 us SGEMM); past 2^21, or at K = 4096, 1.05-1.50x;
-// - a reduction over B = 1024 (32 warps of 4 rounds of loads): 0.98-2.1x.
+// - float32 up to 2^21 with K <= 1024: 0.13-0.94x (0.13x at K = 1024, B = 12, where cuBLASLt's
+//   heuristic picks a 55 us SGEMM); past 2^21 1.0-2.6x, mostly, or at K = 4096 1.8x (where B > 8,
+//   with 16 loads in flight: backward_one_launch_rule_grid_h100_session71.csv);
+// - a reduction over B = 1024: in 16-bit and float64 (32 warps of 4 rounds of 8 loads) 0.98-2.1x;
+//   in float32 (2 rounds of 16) over B = 600-1024, 0.44-0.81x up to 2^21.
 bool one_launch_wins(const BackwardProblem& p) {
   const Problem& f = p.forward;
   if (p.grad_x == nullptr && p.grad_weight == nullptr) return false;  // the column sums are one launch already
-  if (f.B > 512) return false;
-  const std::int64_t products = f.B * f.K * f.RH;
-  if (f.dtype == DType::float32) return f.K <= 1024 && products <= (std::int64_t{1} << 21);
-  return f.K <= 256 && products <= (std::int64_t{1} << 20);
+  const bool float32 = f.dtype == DType::float32;
+  if (f.B > (float32 ? 1024 : 512) || f.K > (float32 ? 1024 : 256)) return false;
+  const std::int64_t lane_products = f.B * f.K * ((f.RH + 31) / 32 * 32);
+  return lane_products <= (std::int64_t{1} << (float32 ? 21 : 20));
 }
 
 // Weight rows that overlap (stride(0) < R*H, e.g. one row broadcast) are no GEMM operand: the
