@@ -86,9 +86,10 @@ TEST(CudaRules, Float64DispatchByReductionAndOutputs) {
 }
 
 // Where the CUDA backward takes every requested gradient in one launch (one_launch_wins): small
-// problems, by B*K*R*H, K, B and dtype, where gradients.x or gradients.weight is requested (the bias's
-// column sums alone are one launch already). choose_forms reads only sizes, strides and which
-// gradients are requested, so the operands' pointers are a marker never read.
+// problems, by B*K*R*H (R*H rounded up to 32), K, B and dtype, where gradients.x or
+// gradients.weight is requested (the bias's column sums alone are one launch already).
+// choose_forms reads only sizes, strides and which gradients are requested, so the operands'
+// pointers are a marker never read.
 TEST(CudaRules, BackwardOneLaunchWhereSmall) {
   struct Expected {
     testing::Shape shape;
