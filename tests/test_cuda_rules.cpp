@@ -151,6 +151,39 @@ TEST(CudaRules, BackwardOneLaunchWhereSmall) {
   }
 }
 
+// The one launch indexes a gradient's outputs in 32 bits: forced onto it, a gradient of 2^31
+// outputs or more (here gradients.x, B*R*H = 2^31) is refused by name before anything runs, and
+// one of 2^31 - 1 outputs is planned.
+TEST(CudaRules, OneLaunchTakesGradientsBelow2To31Outputs) {
+  alignas(256) static std::byte marker[256];
+  const auto problem = [&](const testing::Shape& shape) {
+    BackwardProblem p;
+    p.forward = testing::problem_without_operands(shape, DType::float32, Device::cuda(0));
+    p.forward.x = p.forward.weight = marker;
+    p.grad_y = marker, p.grad_y_stride_b = shape.K;
+    p.grad_x = marker;
+    p.grad_x_stride_r = shape.B * shape.H, p.grad_x_stride_b = shape.H, p.grad_x_stride_h = 1;
+    return p;
+  };
+  const BackwardProblem too_many = problem({1, std::int64_t{1} << 16, std::int64_t{1} << 15, 1});
+  cuda::BackwardForms forms = cuda::choose_forms(too_many, Fp32Precision::ieee);
+  forms.one_launch = true;
+  try {
+    (void)cuda::plan_backward(too_many, forms);
+    ADD_FAILURE() << "a gradient of 2^31 outputs was planned for the one launch";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+    EXPECT_EQ(e.argument(), "grad_y");
+    EXPECT_NE(std::string(e.what()).find("up to 2^31 - 1 outputs a gradient, got B*R*H = 2147483648"),
+              std::string::npos)
+        << e.what();
+  }
+  const BackwardProblem most = problem({1, 1, 0x7fffffff, 1});
+  forms = cuda::choose_forms(most, Fp32Precision::ieee);
+  forms.one_launch = true;
+  EXPECT_TRUE(cuda::plan_backward(most, forms).forms.one_launch);
+}
+
 // cuBLASLt is opened on the first call that needs it, not linked: a process that has not called it
 // (this one, before the first cublaslt()) has no copy loaded. Where the toolkit is installed, as on
 // every machine that builds the library, every function the library calls then resolves, and works

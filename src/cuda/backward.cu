@@ -173,14 +173,17 @@ void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::in
 }
 
 // Small problems' gradients in one launch, without cuBLAS or scratch. Each gradient is cut into
-// tiles of 32 adjacent outputs (along a row of gradients.x's (B, R*H) or of gradients.weight, or
-// 32 of the bias's); lane j of a tile's warps owns output j. A tile's reduction is split between
+// tiles of 32 consecutive outputs in its row-major order (gradients.x as (B, R*H), gradients.weight
+// as (K, R*H), the bias), so that where R*H is no multiple of 32 a tile runs on into the next row
+// and no lane idles but past the gradient's end; lane j of a tile's warps owns output j. A tile's
+// reduction is split between
 // `splits` warps (1 to 32, more for longer reductions: see one_launch_splits), warp s taking every
 // splits-th index from s, 8 or 16 loads in flight (one_launch_unroll); the partial sums then meet
 // in shared memory, added in warp order, so each sum's order depends on the shape alone. A block has as
 // many warps as the longest requested reduction splits into (at least kOneLaunchMinWarps) and
-// holds warps / splits tiles of one gradient. A warp reads 32 adjacent elements of a row of W or
-// x (coalesced) against one element of grad_y (a broadcast). Blocks number gradients.x's tiles
+// holds warps / splits tiles of one gradient. Within a row of gradients.x or gradients.weight a
+// warp reads adjacent elements of W or x (coalesced) against one element of grad_y (a broadcast);
+// a tile across rows of gradients.x reads one element of grad_y a row. Blocks number gradients.x's tiles
 // first, then gradients.weight's, then the bias's; a requested gradient whose reduction is empty
 // (K = 0 or B = 0) is written as zeros.
 constexpr int kOneLaunchMinWarps = 8;
@@ -218,9 +221,8 @@ struct OneLaunchArgs {
   std::int64_t B, H, K, RH;
   std::int64_t x_stride_r, x_stride_b, x_stride_h, weight_stride_k, grad_y_stride_b;
   std::int64_t grad_x_stride_r, grad_x_stride_b, grad_x_stride_h, grad_weight_stride_k;
-  std::int64_t column_tiles;  // ceil(R*H / 32): tiles along a row of gradients.x or gradients.weight
-  int warps;                  // per block
-  int unroll;                 // loads in flight a warp: the kernel's kUnroll
+  int warps;   // per block
+  int unroll;  // loads in flight a warp: the kernel's kUnroll
   OneLaunchSegment input, weight_gradient, bias;
   std::int64_t blocks() const { return input.blocks + weight_gradient.blocks + bias.blocks; }
 };
@@ -247,10 +249,11 @@ __device__ __forceinline__ Accumulator<T> warp_share_of_sum(const T* a, std::int
   return sum;
 }
 
-// No minimum of blocks a multiprocessor for the kernel of 8 leaves ptxas at 32 registers (two
-// blocks); a minimum of 1 lets the kernel of 16 take 64.
+// A minimum of two blocks a multiprocessor holds the kernel of 8 at 32 registers (ptxas spills
+// the output's address around the reduction loops, not in them); a minimum of one lets the kernel
+// of 16 take 64.
 template <class T, int kUnroll>
-__global__ void __launch_bounds__(32 * kOneLaunchMaxWarps, kUnroll == 8 ? 0 : 1)
+__global__ void __launch_bounds__(32 * kOneLaunchMaxWarps, kUnroll == 8 ? 2 : 1)
     one_launch_backward_kernel(const OneLaunchArgs a) {
   using Acc = Accumulator<T>;
   __shared__ Acc partial[kOneLaunchMaxWarps][32];
@@ -271,26 +274,28 @@ __global__ void __launch_bounds__(32 * kOneLaunchMaxWarps, kUnroll == 8 ? 0 : 1)
   T* out = nullptr;  // this lane's output; null past the gradient's end
   Acc sum = 0;
   if (tile < segment->tiles) {
+    // This lane's output, in the gradient's row-major order. A gradient's outputs number below
+    // 2^31 (plan_backward), so its indices divide in 32 bits, which keeps the kernel of 8 at
+    // 32 registers.
+    const std::uint32_t e = static_cast<std::uint32_t>(tile) * 32 + lane;
+    const auto RH = static_cast<std::uint32_t>(a.RH), H = static_cast<std::uint32_t>(a.H);
     if (gradient == 0) {  // gradients.x[r, b, h] = sum_k grad_y[b, k] * W[k, r*H + h]
-      const std::int64_t b = tile / a.column_tiles, c = tile % a.column_tiles * 32 + lane;
-      if (c < a.RH) {
-        const std::int64_t r = c / a.H, h = c - r * a.H;
+      if (e < a.B * a.RH) {
+        const std::uint32_t b = e / RH, c = e - b * RH, r = c / H, h = c - r * H;
         out = static_cast<T*>(a.grad_x) + r * a.grad_x_stride_r + b * a.grad_x_stride_b + h * a.grad_x_stride_h;
         sum = warp_share_of_sum<kUnroll>(grad_y + b * a.grad_y_stride_b, 1, static_cast<const T*>(a.weight) + c,
                                          a.weight_stride_k, a.K, split, splits);
       }
     } else if (gradient == 1) {  // gradients.weight[k, r*H + h] = sum_b grad_y[b, k] * x[r, b, h]
-      const std::int64_t k = tile / a.column_tiles, c = tile % a.column_tiles * 32 + lane;
-      if (c < a.RH) {
-        const std::int64_t r = c / a.H, h = c - r * a.H;
+      if (e < a.K * a.RH) {
+        const std::uint32_t k = e / RH, c = e - k * RH, r = c / H, h = c - r * H;
         out = static_cast<T*>(a.grad_weight) + k * a.grad_weight_stride_k + c;
         sum = warp_share_of_sum<kUnroll>(grad_y + k, a.grad_y_stride_b,
                                          static_cast<const T*>(a.x) + r * a.x_stride_r + h * a.x_stride_h,
                                          a.x_stride_b, a.B, split, splits);
       }
     } else {  // gradients.bias[k] = sum_b grad_y[b, k]
-      const std::int64_t k = tile * 32 + lane;
-      if (k < a.K) {
+      if (const std::uint32_t k = e; k < a.K) {
         out = static_cast<T*>(a.grad_bias) + k;
         sum = warp_share_of_sum<kUnroll, T>(grad_y + k, a.grad_y_stride_b, nullptr, 0, a.B, split, splits);
       }
@@ -310,7 +315,6 @@ OneLaunchArgs one_launch_args(const BackwardProblem& p) {
   OneLaunchArgs a{f.x, f.weight, p.grad_y, p.grad_x, p.grad_weight, p.grad_bias, f.B, f.H, f.K, f.RH,
                   f.x_stride_r, f.x_stride_b, f.x_stride_h, f.weight_stride_k, p.grad_y_stride_b,
                   p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h, p.grad_weight_stride_k};
-  a.column_tiles = (f.RH + 31) / 32;
   a.unroll = one_launch_unroll(f);
   const int input_splits = one_launch_splits(f.K, a.unroll), batch_splits = one_launch_splits(f.B, a.unroll);
   a.warps = std::max({kOneLaunchMinWarps, p.grad_x != nullptr ? input_splits : 1,
@@ -320,8 +324,8 @@ OneLaunchArgs one_launch_args(const BackwardProblem& p) {
     const int per_block = a.warps / splits;
     return {tiles, (tiles + per_block - 1) / per_block, splits};
   };
-  a.input = segment(p.grad_x != nullptr, f.B * a.column_tiles, input_splits);
-  a.weight_gradient = segment(p.grad_weight != nullptr, f.K * a.column_tiles, batch_splits);
+  a.input = segment(p.grad_x != nullptr, (f.B * f.RH + 31) / 32, input_splits);
+  a.weight_gradient = segment(p.grad_weight != nullptr, (f.K * f.RH + 31) / 32, batch_splits);
   a.bias = segment(p.grad_bias != nullptr, (f.K + 31) / 32, batch_splits);
   return a;
 }
@@ -471,10 +475,11 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
 // Where one launch of one_launch_backward_kernel beats the forms' cuBLAS calls and column sums
 // (backward_timing --one-launch on an H100, all three gradients, contiguous and head-major x;
 // backward_one_launch_h100_session69.csv and the session-71 files named below), by K, B and
-// lane products B*K*ceil32(R*H): a tile's 32 lanes cover 32 columns of R*H and idle past its end,
-// so a narrow R*H costs as much as 32 columns (counting R*H itself took cells with R*H = 1-8 at
-// 1.1-4.4x the forms' time, 57.6 us against 13.1 at (1, 512, 1, 1024) in float32:
-// backward_one_launch_narrow_h100_session71.csv):
+// lane products B*K*ceil32(R*H). That count was fitted to a kernel whose tiles kept to one row,
+// their lanes idle past its end: there, counting R*H itself took cells with R*H = 1-8 at
+// 1.1-4.4x the forms' time (57.6 us against 13.1 at (1, 512, 1, 1024) in float32;
+// backward_one_launch_narrow_h100_session71.csv). Tiles now run across rows; until narrow R*H is
+// measured with them the rule keeps the rounded count, which can only leave such cells to the forms.
 // - 16-bit and float64 up to 2^20 with K <= 256: 0.40-0.93x the forms' time; from 1.5 * 2^20,
 //   or at 2^20 with K = 1024, 1.09-2.96x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
 // - float32 up to 2^21 with K <= 1024: 0.13-0.94x (0.13x at K = 1024, B = 12, where cuBLASLt's
@@ -668,9 +673,13 @@ BackwardForms choose_forms(const BackwardProblem& p, Fp32Precision precision) {
 BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms) {
   const Problem& f = p.forward;
   if (forms.one_launch) {
-    if (const std::int64_t blocks = one_launch_args(p).blocks(); blocks > 0x7fffffff)
+    // Below 2^31 outputs a gradient the kernel's indices fit 32 bits, and its blocks a grid.
+    constexpr std::int64_t kMaxOutputs = 0x7fffffff;
+    if (std::max({f.B * f.RH, f.K * f.RH, f.K}) > kMaxOutputs)
       throw Error(ErrorCode::unsupported, "grad_y",
-                  "the one-launch backward takes up to 2^31 - 1 blocks of 32 outputs, got " + std::to_string(blocks));
+                  "the one-launch backward takes up to 2^31 - 1 outputs a gradient, got B*R*H = " +
+                      std::to_string(f.B * f.RH) + ", K*R*H = " + std::to_string(f.K * f.RH) + ", K = " +
+                      std::to_string(f.K));
     return {.forms = forms};
   }
   const std::size_t element = dtype_size(f.dtype);
