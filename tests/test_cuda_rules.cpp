@@ -85,11 +85,27 @@ TEST(CudaRules, Float64DispatchByReductionAndOutputs) {
   }
 }
 
+// A backward problem of contiguous operands for the rules that read only sizes, strides and which
+// gradients are requested: every pointer is a marker never read.
+BackwardProblem marker_backward_problem(const testing::Shape& shape, DType dtype, bool want_x, bool want_weight,
+                                        bool want_bias) {
+  alignas(256) static std::byte marker[256];
+  BackwardProblem p;
+  p.forward = testing::problem_without_operands(shape, dtype, Device::cuda(0));
+  p.forward.x = p.forward.weight = marker;
+  p.grad_y = marker, p.grad_y_stride_b = shape.K;
+  if (want_x) {
+    p.grad_x = marker;
+    p.grad_x_stride_r = shape.B * shape.H, p.grad_x_stride_b = shape.H, p.grad_x_stride_h = 1;
+  }
+  if (want_weight) p.grad_weight = marker, p.grad_weight_stride_k = p.forward.RH;
+  if (want_bias) p.grad_bias = marker;
+  return p;
+}
+
 // Where the CUDA backward takes every requested gradient in one launch (one_launch_wins): small
 // problems, by B*K*R*H (R*H rounded up to 32), K, B and dtype, where gradients.x or
 // gradients.weight is requested (the bias's column sums alone are one launch already).
-// choose_forms reads only sizes, strides and which gradients are requested, so the operands'
-// pointers are a marker never read.
 TEST(CudaRules, BackwardOneLaunchWhereSmall) {
   struct Expected {
     testing::Shape shape;
@@ -133,18 +149,8 @@ TEST(CudaRules, BackwardOneLaunchWhereSmall) {
       {{1, 128, 7, 256}, DType::bfloat16, true, true, true, true},    // 2^20
       {{1, 600, 16, 16}, DType::float32, true, true, true, true},
   };
-  alignas(256) static std::byte marker[256];
   for (const Expected& e : expected) {
-    BackwardProblem p;
-    p.forward = testing::problem_without_operands(e.shape, e.dtype, Device::cuda(0));
-    p.forward.x = p.forward.weight = marker;
-    p.grad_y = marker, p.grad_y_stride_b = e.shape.K;
-    if (e.want_x) {
-      p.grad_x = marker;
-      p.grad_x_stride_r = e.shape.B * e.shape.H, p.grad_x_stride_b = e.shape.H, p.grad_x_stride_h = 1;
-    }
-    if (e.want_weight) p.grad_weight = marker, p.grad_weight_stride_k = p.forward.RH;
-    if (e.want_bias) p.grad_bias = marker;
+    const BackwardProblem p = marker_backward_problem(e.shape, e.dtype, e.want_x, e.want_weight, e.want_bias);
     EXPECT_EQ(cuda::choose_forms(p, Fp32Precision::ieee).one_launch, e.one_launch)
         << "R=" << e.shape.R << " B=" << e.shape.B << " H=" << e.shape.H << " K=" << e.shape.K << " "
         << dtype_name(e.dtype) << " gradients " << e.want_x << e.want_weight << e.want_bias;
@@ -155,15 +161,8 @@ TEST(CudaRules, BackwardOneLaunchWhereSmall) {
 // outputs or more (here gradients.x, B*R*H = 2^31) is refused by name before anything runs, and
 // one of 2^31 - 1 outputs is planned.
 TEST(CudaRules, OneLaunchTakesGradientsBelow2To31Outputs) {
-  alignas(256) static std::byte marker[256];
-  const auto problem = [&](const testing::Shape& shape) {
-    BackwardProblem p;
-    p.forward = testing::problem_without_operands(shape, DType::float32, Device::cuda(0));
-    p.forward.x = p.forward.weight = marker;
-    p.grad_y = marker, p.grad_y_stride_b = shape.K;
-    p.grad_x = marker;
-    p.grad_x_stride_r = shape.B * shape.H, p.grad_x_stride_b = shape.H, p.grad_x_stride_h = 1;
-    return p;
+  const auto problem = [](const testing::Shape& shape) {
+    return marker_backward_problem(shape, DType::float32, /*want_x=*/true, false, false);
   };
   const BackwardProblem too_many = problem({1, std::int64_t{1} << 16, std::int64_t{1} << 15, 1});
   cuda::BackwardForms forms = cuda::choose_forms(too_many, Fp32Precision::ieee);
