@@ -422,8 +422,9 @@ TEST_F(CudaBackwardTest, OneLaunchCapturedAndReplayed) {
 
 // Long reductions forced onto the one launch: a tile's reduction split between 16 and 32 warps,
 // in several rounds of each warp's loads, beside gradients whose tiles take one warp each; in
-// float32 with B > 8 by the kernel of 16 loads in flight, else by the kernel of 8; and tiles
-// across 32 rows (R*H = 1) or two or three (R*H = 21). (Where the library takes it is
+// float32 with B > 8 by the kernel of 16 loads in flight, else by the kernel of 8; and
+// gradients.weight's tiles across 32 rows (R*H = 1) or two or three (R*H = 21), beside
+// gradients.x's of one live lane or 21. (Where the library takes it is
 // CudaRules.BackwardOneLaunchWhereSmall, which needs no GPU.)
 TEST_F(CudaBackwardTest, OneLaunchLongReductions) {
   const Shape long_reductions[] = {{2, 3, 8, 2000}, {2, 20, 8, 2000}, {3, 1500, 4, 5},

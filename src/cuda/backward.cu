@@ -173,19 +173,21 @@ void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::in
 }
 
 // Small problems' gradients in one launch, without cuBLAS or scratch. Each gradient is cut into
-// tiles of 32 consecutive outputs in its row-major order (gradients.x as (B, R*H), gradients.weight
-// as (K, R*H), the bias), so that where R*H is no multiple of 32 a tile runs on into the next row
-// and no lane idles but past the gradient's end; lane j of a tile's warps owns output j. A tile's
-// reduction is split between
+// tiles of 32 outputs; lane j of a tile's warps owns output j. gradients.weight (as (K, R*H)) and
+// the bias are tiled in row-major order, so that where R*H is no multiple of 32 a tile runs on
+// into the next row and no lane idles but past the gradient's end; their lanes read adjacent
+// elements of grad_y's row (coalesced). gradients.x's tiles keep to a row of its (B, R*H), lanes
+// idle past the row's end: there a warp reads one element of grad_y (a broadcast) against
+// adjacent elements of W's row, where a tile across rows would read an element of grad_y a row
+// (on an H100 at (1, 64, 1, 1024), all three gradients, 19.1 us against 6.3 with tiles within
+// rows; backward_one_launch_flat_tiles_h100_session72.csv). A tile's reduction is split between
 // `splits` warps (1 to 32, more for longer reductions: see one_launch_splits), warp s taking every
 // splits-th index from s, 8 or 16 loads in flight (one_launch_unroll); the partial sums then meet
-// in shared memory, added in warp order, so each sum's order depends on the shape alone. A block has as
-// many warps as the longest requested reduction splits into (at least kOneLaunchMinWarps) and
-// holds warps / splits tiles of one gradient. Within a row of gradients.x or gradients.weight a
-// warp reads adjacent elements of W or x (coalesced) against one element of grad_y (a broadcast);
-// a tile across rows of gradients.x reads one element of grad_y a row. Blocks number gradients.x's tiles
-// first, then gradients.weight's, then the bias's; a requested gradient whose reduction is empty
-// (K = 0 or B = 0) is written as zeros.
+// in shared memory, added in warp order, so each sum's order depends on the shape alone. A block
+// has as many warps as the longest requested reduction splits into (at least kOneLaunchMinWarps)
+// and holds warps / splits tiles of one gradient. Blocks number gradients.x's tiles first, then
+// gradients.weight's, then the bias's; a requested gradient whose reduction is empty (K = 0 or
+// B = 0) is written as zeros.
 constexpr int kOneLaunchMinWarps = 8;
 constexpr int kOneLaunchMaxWarps = 32;
 
@@ -221,8 +223,9 @@ struct OneLaunchArgs {
   std::int64_t B, H, K, RH;
   std::int64_t x_stride_r, x_stride_b, x_stride_h, weight_stride_k, grad_y_stride_b;
   std::int64_t grad_x_stride_r, grad_x_stride_b, grad_x_stride_h, grad_weight_stride_k;
-  int warps;   // per block
-  int unroll;  // loads in flight a warp: the kernel's kUnroll
+  int input_row_tiles;  // ceil(R*H / 32): gradients.x's tiles a row
+  int warps;            // per block
+  int unroll;           // loads in flight a warp: the kernel's kUnroll
   OneLaunchSegment input, weight_gradient, bias;
   std::int64_t blocks() const { return input.blocks + weight_gradient.blocks + bias.blocks; }
 };
@@ -274,14 +277,15 @@ __global__ void __launch_bounds__(32 * kOneLaunchMaxWarps, kUnroll == 8 ? 2 : 1)
   T* out = nullptr;  // this lane's output; null past the gradient's end
   Acc sum = 0;
   if (tile < segment->tiles) {
-    // This lane's output, in the gradient's row-major order. A gradient's outputs number below
-    // 2^31 (plan_backward), so its indices divide in 32 bits, which keeps the kernel of 8 at
-    // 32 registers.
+    // This lane's output. A gradient's outputs number below 2^31 (plan_backward), so its
+    // indices divide in 32 bits, which keeps the kernel of 8 at 32 registers.
     const std::uint32_t e = static_cast<std::uint32_t>(tile) * 32 + lane;
     const auto RH = static_cast<std::uint32_t>(a.RH), H = static_cast<std::uint32_t>(a.H);
     if (gradient == 0) {  // gradients.x[r, b, h] = sum_k grad_y[b, k] * W[k, r*H + h]
-      if (e < a.B * a.RH) {
-        const std::uint32_t b = e / RH, c = e - b * RH, r = c / H, h = c - r * H;
+      const std::uint32_t b = static_cast<std::uint32_t>(tile) / a.input_row_tiles,
+                          c = (static_cast<std::uint32_t>(tile) - b * a.input_row_tiles) * 32 + lane;
+      if (c < RH) {
+        const std::uint32_t r = c / H, h = c - r * H;
         out = static_cast<T*>(a.grad_x) + r * a.grad_x_stride_r + b * a.grad_x_stride_b + h * a.grad_x_stride_h;
         sum = warp_share_of_sum<kUnroll>(grad_y + b * a.grad_y_stride_b, 1, static_cast<const T*>(a.weight) + c,
                                          a.weight_stride_k, a.K, split, splits);
@@ -315,6 +319,7 @@ OneLaunchArgs one_launch_args(const BackwardProblem& p) {
   OneLaunchArgs a{f.x, f.weight, p.grad_y, p.grad_x, p.grad_weight, p.grad_bias, f.B, f.H, f.K, f.RH,
                   f.x_stride_r, f.x_stride_b, f.x_stride_h, f.weight_stride_k, p.grad_y_stride_b,
                   p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h, p.grad_weight_stride_k};
+  a.input_row_tiles = static_cast<int>((f.RH + 31) / 32);
   a.unroll = one_launch_unroll(f);
   const int input_splits = one_launch_splits(f.K, a.unroll), batch_splits = one_launch_splits(f.B, a.unroll);
   a.warps = std::max({kOneLaunchMinWarps, p.grad_x != nullptr ? input_splits : 1,
@@ -324,7 +329,7 @@ OneLaunchArgs one_launch_args(const BackwardProblem& p) {
     const int per_block = a.warps / splits;
     return {tiles, (tiles + per_block - 1) / per_block, splits};
   };
-  a.input = segment(p.grad_x != nullptr, (f.B * f.RH + 31) / 32, input_splits);
+  a.input = segment(p.grad_x != nullptr, f.B * a.input_row_tiles, input_splits);
   a.weight_gradient = segment(p.grad_weight != nullptr, (f.K * f.RH + 31) / 32, batch_splits);
   a.bias = segment(p.grad_bias != nullptr, (f.K + 31) / 32, batch_splits);
   return a;
@@ -475,11 +480,13 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
 // Where one launch of one_launch_backward_kernel beats the forms' cuBLAS calls and column sums
 // (backward_timing --one-launch on an H100, all three gradients, contiguous and head-major x;
 // backward_one_launch_h100_session69.csv and the session-71 files named below), by K, B and
-// lane products B*K*ceil32(R*H). That count was fitted to a kernel whose tiles kept to one row,
-// their lanes idle past its end: there, counting R*H itself took cells with R*H = 1-8 at
+// lane products B*K*ceil32(R*H). That count was fitted to a kernel whose tiles all kept to one
+// row, their lanes idle past its end: there, counting R*H itself took cells with R*H = 1-8 at
 // 1.1-4.4x the forms' time (57.6 us against 13.1 at (1, 512, 1, 1024) in float32;
-// backward_one_launch_narrow_h100_session71.csv). Tiles now run across rows; until narrow R*H is
-// measured with them the rule keeps the rounded count, which can only leave such cells to the forms.
+// backward_one_launch_narrow_h100_session71.csv). gradients.x's tiles still keep to rows; with
+// gradients.weight's across rows, 19 cells of R*H = 1-16 took 0.46-2.65x the forms' time, and
+// the rounded count sides with the faster in 12 (backward_one_launch_flat_tiles_h100_session72.csv:
+// six at 0.46-0.99x go to the forms, (1, 8, 1, 1024) float32 at 1.08x to the one launch).
 // - 16-bit and float64 up to 2^20 with K <= 256: 0.40-0.93x the forms' time; from 1.5 * 2^20,
 //   or at 2^20 with K = 1024, 1.09-2.96x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
 // - float32 up to 2^21 with K <= 1024: 0.13-0.94x (0.13x at K = 1024, B = 12, where cuBLASLt's
