@@ -159,7 +159,8 @@ TEST(CudaRules, BackwardOneLaunchWhereSmall) {
 
 // The one launch indexes a gradient's outputs in 32 bits: forced onto it, a gradient of 2^31
 // outputs or more (here gradients.x, B*R*H = 2^31) is refused by name before anything runs, and
-// one of 2^31 - 1 outputs is planned.
+// one of 2^31 - 1 outputs is planned; so are gradients each below 2^31 outputs whose blocks
+// together pass a grid's 2^31 - 1.
 TEST(CudaRules, OneLaunchTakesGradientsBelow2To31Outputs) {
   const auto problem = [](const testing::Shape& shape) {
     return marker_backward_problem(shape, DType::float32, /*want_x=*/true, false, false);
@@ -181,6 +182,19 @@ TEST(CudaRules, OneLaunchTakesGradientsBelow2To31Outputs) {
   forms = cuda::choose_forms(most, Fp32Precision::ieee);
   forms.one_launch = true;
   EXPECT_TRUE(cuda::plan_backward(most, forms).forms.one_launch);
+  // One tile of gradients.x a block at R*H = 1: 2^31 - 1 of them, and 2^26 of gradients.weight.
+  const BackwardProblem too_many_blocks =
+      marker_backward_problem({1, 0x7fffffff, 1, 0x7fffffff}, DType::float32, true, true, false);
+  forms = cuda::choose_forms(too_many_blocks, Fp32Precision::ieee);
+  forms.one_launch = true;
+  try {
+    (void)cuda::plan_backward(too_many_blocks, forms);
+    ADD_FAILURE() << "2^31 + 2^26 - 1 blocks were planned for the one launch";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+    EXPECT_EQ(e.argument(), "grad_y");
+    EXPECT_NE(std::string(e.what()).find("up to 2^31 - 1 blocks, got 2214592511"), std::string::npos) << e.what();
+  }
 }
 
 // cuBLASLt is opened on the first call that needs it, not linked: a process that has not called it

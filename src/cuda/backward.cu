@@ -279,11 +279,10 @@ __global__ void __launch_bounds__(32 * kOneLaunchMaxWarps, kUnroll == 8 ? 2 : 1)
   if (tile < segment->tiles) {
     // This lane's output. A gradient's outputs number below 2^31 (plan_backward), so its
     // indices divide in 32 bits, which keeps the kernel of 8 at 32 registers.
-    const std::uint32_t e = static_cast<std::uint32_t>(tile) * 32 + lane;
+    const auto t = static_cast<std::uint32_t>(tile), e = t * 32 + lane;
     const auto RH = static_cast<std::uint32_t>(a.RH), H = static_cast<std::uint32_t>(a.H);
     if (gradient == 0) {  // gradients.x[r, b, h] = sum_k grad_y[b, k] * W[k, r*H + h]
-      const std::uint32_t b = static_cast<std::uint32_t>(tile) / a.input_row_tiles,
-                          c = (static_cast<std::uint32_t>(tile) - b * a.input_row_tiles) * 32 + lane;
+      const std::uint32_t b = t / a.input_row_tiles, c = (t - b * a.input_row_tiles) * 32 + lane;
       if (c < RH) {
         const std::uint32_t r = c / H, h = c - r * H;
         out = static_cast<T*>(a.grad_x) + r * a.grad_x_stride_r + b * a.grad_x_stride_b + h * a.grad_x_stride_h;
@@ -680,13 +679,17 @@ BackwardForms choose_forms(const BackwardProblem& p, Fp32Precision precision) {
 BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms) {
   const Problem& f = p.forward;
   if (forms.one_launch) {
-    // Below 2^31 outputs a gradient the kernel's indices fit 32 bits, and its blocks a grid.
-    constexpr std::int64_t kMaxOutputs = 0x7fffffff;
-    if (std::max({f.B * f.RH, f.K * f.RH, f.K}) > kMaxOutputs)
+    // Below 2^31 outputs a gradient the kernel's indices fit 32 bits; the three gradients' blocks
+    // together can still pass a grid's 2^31 - 1 (R*H = 1, a tile of gradients.x a block).
+    constexpr std::int64_t kMax = 0x7fffffff;
+    if (std::max({f.B * f.RH, f.K * f.RH, f.K}) > kMax)
       throw Error(ErrorCode::unsupported, "grad_y",
                   "the one-launch backward takes up to 2^31 - 1 outputs a gradient, got B*R*H = " +
                       std::to_string(f.B * f.RH) + ", K*R*H = " + std::to_string(f.K * f.RH) + ", K = " +
                       std::to_string(f.K));
+    if (const std::int64_t blocks = one_launch_args(p).blocks(); blocks > kMax)
+      throw Error(ErrorCode::unsupported, "grad_y",
+                  "the one-launch backward takes up to 2^31 - 1 blocks, got " + std::to_string(blocks));
     return {.forms = forms};
   }
   const std::size_t element = dtype_size(f.dtype);
