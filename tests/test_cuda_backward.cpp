@@ -424,11 +424,12 @@ TEST_F(CudaBackwardTest, OneLaunchCapturedAndReplayed) {
 // in several rounds of each warp's loads, beside gradients whose tiles take one warp each; in
 // float32 with B > 8 by the kernel of 16 loads in flight, else by the kernel of 8; and
 // gradients.weight's tiles across 32 rows (R*H = 1) or two or three (R*H = 21), beside
-// gradients.x's of one live lane or 21. (Where the library takes it is
-// CudaRules.BackwardOneLaunchWhereSmall, which needs no GPU.)
+// gradients.x's tiles across rows (R*H = 1 with K = 200, R*H = 21) or within them, lanes idle
+// (R*H = 1 with K = 300, R*H = 3 with K = 1000: one_launch_input_tiles_across_rows). (Where the
+// library takes it is CudaRules.BackwardOneLaunchWhereSmall, which needs no GPU.)
 TEST_F(CudaBackwardTest, OneLaunchLongReductions) {
-  const Shape long_reductions[] = {{2, 3, 8, 2000}, {2, 20, 8, 2000}, {3, 1500, 4, 5},
-                                   {1, 5, 40, 100}, {1, 600, 1, 300},  {3, 40, 7, 1100}};
+  const Shape long_reductions[] = {{2, 3, 8, 2000},  {2, 20, 8, 2000}, {3, 1500, 4, 5},  {1, 5, 40, 100},
+                                   {1, 600, 1, 300}, {1, 600, 1, 200}, {3, 40, 7, 1100}, {1, 20, 3, 1000}};
   for (const BackwardCase& c : all_backward_cases(long_reductions, kDtypes)) expect_forced_backward_accurate(c, true);
 }
 

@@ -104,7 +104,8 @@ BackwardProblem marker_backward_problem(const testing::Shape& shape, DType dtype
 }
 
 // Where the CUDA backward takes every requested gradient in one launch (one_launch_wins): small
-// problems, by B*K*R*H (R*H rounded up to 32), K, B and dtype, where gradients.x or
+// problems, by B*K*R*H (R*H rounded up to 32 where gradients.x's tiles keep to rows), K, B and
+// dtype, where gradients.x or
 // gradients.weight is requested (the bias's column sums alone are one launch already).
 TEST(CudaRules, BackwardOneLaunchWhereSmall) {
   struct Expected {
@@ -141,12 +142,21 @@ TEST(CudaRules, BackwardOneLaunchWhereSmall) {
       {{1, 512, 16, 16}, DType::bfloat16, true, false, false, true},
       {{1, 513, 16, 16}, DType::bfloat16, true, false, false, false},
       {{1, 513, 16, 16}, DType::float64, true, true, true, false},
-      // Products count R*H rounded up to 32 (a tile's lanes).
+      // Products count R*H rounded up to 32 where gradients.x is requested and its tiles keep to
+      // rows (K * ceil(32 / R*H) > 2^13: a tile's lanes), else R*H itself.
       {{1, 512, 1, 1024}, DType::float32, true, true, true, false},   // 2^24 lanes' products, 2^19 real
-      {{1, 64, 1, 1024}, DType::float32, true, true, true, true},     // 2^21
-      {{2, 512, 8, 64}, DType::float32, true, true, true, true},      // 2^20
-      {{1, 256, 8, 256}, DType::bfloat16, true, true, true, false},   // 2^21
-      {{1, 128, 7, 256}, DType::bfloat16, true, true, true, true},    // 2^20
+      {{1, 512, 1, 1024}, DType::float32, false, true, true, true},   // no gradients.x: 2^19
+      {{1, 64, 1, 1024}, DType::float32, true, true, true, true},     // 2^21 lanes' products
+      {{1, 1024, 2, 1024}, DType::float32, true, true, true, false},  // K * 16 = 2^14: 2^25
+      {{1, 256, 8, 1024}, DType::float32, true, true, true, true},    // K * 4 = 2^12: 2^21
+      {{1, 256, 9, 1024}, DType::float32, true, true, true, false},   // 2^21 * 9 / 8
+      {{3, 200, 5, 700}, DType::float32, true, true, true, false},    // 2.1e6 > 2^21
+      {{2, 512, 8, 64}, DType::float32, true, true, true, true},      // 2^19
+      {{1, 256, 8, 256}, DType::bfloat16, true, true, true, true},    // 2^19
+      {{1, 512, 1, 256}, DType::bfloat16, true, true, true, true},    // K * 32 = 2^13: 2^17
+      {{1, 512, 1, 257}, DType::bfloat16, true, true, true, false},   // K = 257
+      {{1, 512, 3, 256}, DType::float64, true, true, true, true},     // K * 11 < 2^13: 3 * 2^17
+      {{1, 128, 7, 256}, DType::bfloat16, true, true, true, true},
       {{1, 600, 16, 16}, DType::float32, true, true, true, true},
   };
   for (const Expected& e : expected) {

@@ -176,18 +176,16 @@ void launch_column_sums(const In* rows, std::int64_t ld, std::int64_t B, std::in
 // tiles of 32 outputs; lane j of a tile's warps owns output j. gradients.weight (as (K, R*H)) and
 // the bias are tiled in row-major order, so that where R*H is no multiple of 32 a tile runs on
 // into the next row and no lane idles but past the gradient's end; their lanes read adjacent
-// elements of grad_y's row (coalesced). gradients.x's tiles keep to a row of its (B, R*H), lanes
-// idle past the row's end: there a warp reads one element of grad_y (a broadcast) against
-// adjacent elements of W's row, where a tile across rows would read an element of grad_y a row
-// (on an H100 at (1, 64, 1, 1024), all three gradients, 19.1 us against 6.3 with tiles within
-// rows; backward_one_launch_flat_tiles_h100_session72.csv). A tile's reduction is split between
-// `splits` warps (1 to 32, more for longer reductions: see one_launch_splits), warp s taking every
-// splits-th index from s, 8 or 16 loads in flight (one_launch_unroll); the partial sums then meet
-// in shared memory, added in warp order, so each sum's order depends on the shape alone. A block
-// has as many warps as the longest requested reduction splits into (at least kOneLaunchMinWarps)
-// and holds warps / splits tiles of one gradient. Blocks number gradients.x's tiles first, then
-// gradients.weight's, then the bias's; a requested gradient whose reduction is empty (K = 0 or
-// B = 0) is written as zeros.
+// elements of grad_y's row (coalesced). gradients.x (as (B, R*H)) is tiled so too where that is
+// short work (one_launch_input_tiles_across_rows); otherwise its tiles keep to a row, lanes idle
+// past the row's end, since a tile across rows reads one element of grad_y a row. A tile's
+// reduction is split between `splits` warps (1 to 32, more for longer reductions: see
+// one_launch_splits), warp s taking every splits-th index from s, 8 or 16 loads in flight
+// (one_launch_unroll); the partial sums then meet in shared memory, added in warp order, so each
+// sum's order depends on the shape alone. A block has as many warps as the longest requested
+// reduction splits into (at least kOneLaunchMinWarps) and holds warps / splits tiles of one
+// gradient. Blocks number gradients.x's tiles first, then gradients.weight's, then the bias's; a
+// requested gradient whose reduction is empty (K = 0 or B = 0) is written as zeros.
 constexpr int kOneLaunchMinWarps = 8;
 constexpr int kOneLaunchMaxWarps = 32;
 
@@ -198,6 +196,17 @@ constexpr int kOneLaunchMaxWarps = 32;
 // float32 where B = 12-1024 (9 shapes; 7.7 us against 12.1 at (4, 12, 32, 1024)), but 1.19x and
 // 1.57x at B = 8 and 2 with K = 128 and 1024 (0.95x at B = 1), and 1.02-1.53x in bfloat16.
 int one_launch_unroll(const Problem& f) { return f.dtype == DType::float32 && f.B > 8 ? 16 : 8; }
+
+// Whether gradients.x's tiles run across rows. Such a tile's load touches up to ceil(32 / R*H) + 1
+// rows of grad_y, a sector each, and its K loads queue on one multiprocessor's L1: about
+// K * ceil(32 / R*H) cycles, short work up to 2^13 (4 us). On an H100 (all three gradients,
+// backward_one_launch_flat_tiles_h100_session72.csv) tiles across rows took 0.32-0.77x the time
+// of tiles within rows where R*H = 1-16 and that count is 1024-8192 (7 cells); at 32768 (K = 1024,
+// R*H = 1) 3.0x with B = 64, two tiles carrying the work, and 0.75x with B = 512, a cell the
+// rule leaves to the forms either way (13 us against 20 and 26).
+bool one_launch_input_tiles_across_rows(const Problem& f) {
+  return f.K * ((32 + f.RH - 1) / std::max<std::int64_t>(f.RH, 1)) <= 8192;
+}
 
 // Warps per tile for a reduction this long: enough that each warp's share is one round of
 // `unroll` loads, up to kOneLaunchMaxWarps (a long reduction's rounds are each a memory latency,
@@ -223,7 +232,7 @@ struct OneLaunchArgs {
   std::int64_t B, H, K, RH;
   std::int64_t x_stride_r, x_stride_b, x_stride_h, weight_stride_k, grad_y_stride_b;
   std::int64_t grad_x_stride_r, grad_x_stride_b, grad_x_stride_h, grad_weight_stride_k;
-  int input_row_tiles;  // ceil(R*H / 32): gradients.x's tiles a row
+  int input_row_tiles;  // gradients.x's tiles a row; 0 where they run across rows
   int warps;            // per block
   int unroll;           // loads in flight a warp: the kernel's kUnroll
   OneLaunchSegment input, weight_gradient, bias;
@@ -282,8 +291,10 @@ __global__ void __launch_bounds__(32 * kOneLaunchMaxWarps, kUnroll == 8 ? 2 : 1)
     const auto t = static_cast<std::uint32_t>(tile), e = t * 32 + lane;
     const auto RH = static_cast<std::uint32_t>(a.RH), H = static_cast<std::uint32_t>(a.H);
     if (gradient == 0) {  // gradients.x[r, b, h] = sum_k grad_y[b, k] * W[k, r*H + h]
-      const std::uint32_t b = t / a.input_row_tiles, c = (t - b * a.input_row_tiles) * 32 + lane;
-      if (c < RH) {
+      const auto row_tiles = static_cast<std::uint32_t>(a.input_row_tiles);
+      const std::uint32_t b = row_tiles == 0 ? e / RH : t / row_tiles,
+                          c = row_tiles == 0 ? e - b * RH : (t - b * row_tiles) * 32 + lane;
+      if (b < a.B && c < RH) {
         const std::uint32_t r = c / H, h = c - r * H;
         out = static_cast<T*>(a.grad_x) + r * a.grad_x_stride_r + b * a.grad_x_stride_b + h * a.grad_x_stride_h;
         sum = warp_share_of_sum<kUnroll>(grad_y + b * a.grad_y_stride_b, 1, static_cast<const T*>(a.weight) + c,
@@ -318,7 +329,7 @@ OneLaunchArgs one_launch_args(const BackwardProblem& p) {
   OneLaunchArgs a{f.x, f.weight, p.grad_y, p.grad_x, p.grad_weight, p.grad_bias, f.B, f.H, f.K, f.RH,
                   f.x_stride_r, f.x_stride_b, f.x_stride_h, f.weight_stride_k, p.grad_y_stride_b,
                   p.grad_x_stride_r, p.grad_x_stride_b, p.grad_x_stride_h, p.grad_weight_stride_k};
-  a.input_row_tiles = static_cast<int>((f.RH + 31) / 32);
+  a.input_row_tiles = one_launch_input_tiles_across_rows(f) ? 0 : static_cast<int>((f.RH + 31) / 32);
   a.unroll = one_launch_unroll(f);
   const int input_splits = one_launch_splits(f.K, a.unroll), batch_splits = one_launch_splits(f.B, a.unroll);
   a.warps = std::max({kOneLaunchMinWarps, p.grad_x != nullptr ? input_splits : 1,
@@ -328,7 +339,8 @@ OneLaunchArgs one_launch_args(const BackwardProblem& p) {
     const int per_block = a.warps / splits;
     return {tiles, (tiles + per_block - 1) / per_block, splits};
   };
-  a.input = segment(p.grad_x != nullptr, f.B * a.input_row_tiles, input_splits);
+  a.input = segment(p.grad_x != nullptr, a.input_row_tiles == 0 ? (f.B * f.RH + 31) / 32 : f.B * a.input_row_tiles,
+                    input_splits);
   a.weight_gradient = segment(p.grad_weight != nullptr, (f.K * f.RH + 31) / 32, batch_splits);
   a.bias = segment(p.grad_bias != nullptr, (f.K + 31) / 32, batch_splits);
   return a;
@@ -479,13 +491,10 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
 // Where one launch of one_launch_backward_kernel beats the forms' cuBLAS calls and column sums
 // (backward_timing --one-launch on an H100, all three gradients, contiguous and head-major x;
 // backward_one_launch_h100_session69.csv and the session-71 files named below), by K, B and
-// lane products B*K*ceil32(R*H). That count was fitted to a kernel whose tiles all kept to one
-// row, their lanes idle past its end: there, counting R*H itself took cells with R*H = 1-8 at
-// 1.1-4.4x the forms' time (57.6 us against 13.1 at (1, 512, 1, 1024) in float32;
-// backward_one_launch_narrow_h100_session71.csv). gradients.x's tiles still keep to rows; with
-// gradients.weight's across rows, 19 cells of R*H = 1-16 took 0.46-2.65x the forms' time, and
-// the rounded count sides with the faster in 12 (backward_one_launch_flat_tiles_h100_session72.csv:
-// six at 0.46-0.99x go to the forms, (1, 8, 1, 1024) float32 at 1.08x to the one launch).
+// lane products B*K*R*H, with R*H rounded up to 32 where gradients.x is requested and its tiles
+// keep to rows (their lanes idle past a row's end: uncounted, cells with R*H = 1-8 had taken
+// 1.1-4.4x the forms' time, 57.6 us against 13.1 at (1, 512, 1, 1024) in float32;
+// backward_one_launch_narrow_h100_session71.csv):
 // - 16-bit and float64 up to 2^20 with K <= 256: 0.40-0.93x the forms' time; from 1.5 * 2^20,
 //   or at 2^20 with K = 1024, 1.09-2.96x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
 // - float32 up to 2^21 with K <= 1024: 0.13-0.94x (0.13x at K = 1024, B = 12, where cuBLASLt's
@@ -498,7 +507,8 @@ bool one_launch_wins(const BackwardProblem& p) {
   if (p.grad_x == nullptr && p.grad_weight == nullptr) return false;  // the column sums are one launch already
   const bool float32 = f.dtype == DType::float32;
   if (f.B > (float32 ? 1024 : 512) || f.K > (float32 ? 1024 : 256)) return false;
-  const std::int64_t lane_products = f.B * f.K * ((f.RH + 31) / 32 * 32);
+  const bool padded_rows = p.grad_x != nullptr && !one_launch_input_tiles_across_rows(f);
+  const std::int64_t lane_products = f.B * f.K * (padded_rows ? (f.RH + 31) / 32 * 32 : f.RH);
   return lane_products <= (std::int64_t{1} << (float32 ? 21 : 20));
 }
 
