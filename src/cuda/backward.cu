@@ -203,7 +203,9 @@ int one_launch_unroll(const Problem& f) { return f.dtype == DType::float32 && f.
 // backward_one_launch_flat_tiles_h100_session72.csv) tiles across rows took 0.32-0.77x the time
 // of tiles within rows where R*H = 1-16 and that count is 1024-8192 (7 cells); at 32768 (K = 1024,
 // R*H = 1) 3.0x with B = 64, two tiles carrying the work, and 0.75x with B = 512, a cell the
-// rule leaves to the forms either way (13 us against 20 and 26).
+// rule leaves to the forms either way (13 us against 20 and 26). With this choice
+// (backward_one_launch_input_tiles_h100_session73.csv) the seven took 0.32-0.78x the former
+// layout's time, the other nine timed against it 0.98-1.02x.
 bool one_launch_input_tiles_across_rows(const Problem& f) {
   return f.K * ((32 + f.RH - 1) / std::max<std::int64_t>(f.RH, 1)) <= 8192;
 }
@@ -494,7 +496,10 @@ WeightGradientForm weight_gradient_form(const BackwardProblem& p) {
 // lane products B*K*R*H, with R*H rounded up to 32 where gradients.x is requested and its tiles
 // keep to rows (their lanes idle past a row's end: uncounted, cells with R*H = 1-8 had taken
 // 1.1-4.4x the forms' time, 57.6 us against 13.1 at (1, 512, 1, 1024) in float32;
-// backward_one_launch_narrow_h100_session71.csv):
+// backward_one_launch_narrow_h100_session71.csv). Over 21 cells with R*H = 1-155 no multiple of
+// 32 this count sides with the faster in 19: it takes (1, 8, 1, 1024) float32 at 1.08x, and
+// leaves (3, 200, 5, 700) float32, just past 2^21, to the forms at 2.1x
+// (backward_one_launch_input_tiles_h100_session73.csv). By the count:
 // - 16-bit and float64 up to 2^20 with K <= 256: 0.40-0.93x the forms' time; from 1.5 * 2^20,
 //   or at 2^20 with K = 1024, 1.09-2.96x (cuBLAS's 16-bit GEMMs take half its float32 ones' time);
 // - float32 up to 2^21 with K <= 1024: 0.13-0.94x (0.13x at K = 1024, B = 12, where cuBLASLt's
