@@ -7,7 +7,7 @@
 // backward's results are checked against the comparator's before timing.
 // With --forms, for a contiguous x instead: each way (form) the library can compute a gradient,
 // forced, to find where copying x (or gradients.x) beats R batched GEMMs of its slices, and (exact
-// float32) where gradients.x on the tensor cores beats both. With --one-launch, the three
+// float32) where each gradient on the tensor cores beats both. With --one-launch, the three
 // gradients of small problems in one launch of the library's own kernel against its cuBLAS forms.
 // Times: median per backward over CUDA-graph replays, the candidates interleaved, input sets
 // rotated past L2.
@@ -31,6 +31,7 @@
 #include "cuda/cublaslt_matmul.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_types.cuh"
+#include "cuda/mma_weight_gradient.hpp"
 #include "cuda/unfused_cublaslt.hpp"
 #include "device_values.cuh"
 #include "timing.hpp"
@@ -247,8 +248,15 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
       {&x_only, forced(InputGradientForm::split, WeightGradientForm::zero), false},
       {&unsplit_x, forced(InputGradientForm::side_by_side, WeightGradientForm::zero), false},
   };
-  const bool tensor_cores = dtype == DType::float32;  // exact float32's gradients.x (3xTF32)
+  // Exact float32's tensor-core forms (3xTF32): gradients.x, then gradients.weight from a
+  // contiguous x and from the concatenation read as a head-major x.
+  const bool tensor_cores = dtype == DType::float32;
+  const bool weight_tensor_cores = tensor_cores && cuda::mma_weight_gradient_why_not(problem(0, weight_only)).empty();
   if (tensor_cores) candidates.push_back({&x_only, forced(InputGradientForm::tensor_cores, WeightGradientForm::zero), false});
+  if (weight_tensor_cores)
+    for (bool on_concatenation : {false, true})
+      candidates.push_back(
+          {&weight_only, forced(InputGradientForm::zero, WeightGradientForm::tensor_cores), on_concatenation});
   std::size_t scratch_bytes = 0;
   for (const Candidate& c : candidates)
     scratch_bytes = std::max(scratch_bytes, cuda::plan_backward(problem(0, *c.gradients), c.forms).scratch.total);
@@ -263,6 +271,17 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
       }
       cuda::run_backward(p, cuda::plan_backward(p, c.forms), Options{}, scratch, stream);
     });
+  // gradients.weight on the tensor cores against the batched slices (cuBLAS), set 0, before timing.
+  double weight_err = 0;
+  if (weight_tensor_cores) {
+    const auto weight_by = [&](std::size_t candidate) {
+      launches[candidate](0);
+      check(cudaStreamSynchronize(stream), "check runs");
+      return download_as_float(grad_w, nw, dtype);
+    };
+    const std::vector<float> slices = weight_by(0), on_tensor_cores = weight_by(7);
+    weight_err = disagreement(on_tensor_cores, slices, [](std::size_t i) { return i; });
+  }
   const double flops = 2.0 * s.B * s.K * RH;
   const int repeats = static_cast<int>(std::clamp(2e10 / flops, 10.0, 100.0));
   const auto t = timing::time_gpu_interleaved(launches, sets, repeats, stream);
@@ -271,9 +290,13 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
               t[0].graph_us, t[1].graph_us, t[2].graph_us, t[1].graph_us / t[0].graph_us, t[3].graph_us,
               t[4].graph_us, t[5].graph_us, t[4].graph_us / t[3].graph_us);
   if (tensor_cores)
-    std::printf(",%.3f\n", t[6].graph_us);
+    std::printf(",%.3f", t[6].graph_us);
   else
-    std::printf(",\n");
+    std::printf(",");
+  if (weight_tensor_cores)
+    std::printf(",%.3f,%.3f,%.2e\n", t[7].graph_us, t[8].graph_us, weight_err);
+  else
+    std::printf(",,,\n");
   std::fflush(stdout);
 }
 
@@ -364,7 +387,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "--forms") {
     std::printf("R,B,H,K,dtype,x_elements,dw_slices_us,dw_concatenated_us,dw_gemm_only_us,"
                 "dw_concatenated_over_slices,dx_slices_us,dx_split_us,dx_gemm_only_us,dx_split_over_slices,"
-                "dx_tensor_cores_us\n");
+                "dx_tensor_cores_us,dw_tensor_cores_us,dw_tensor_cores_head_major_us,dw_tensor_cores_disagreement\n");
     if (argc > 2) {  // the shapes given, R,B,H,K[,f32|bf16] (bf16 when the dtype is left out)
       for (int i = 2; i < argc; ++i) {
         long long R = 0, B = 0, H = 0, K = 0;

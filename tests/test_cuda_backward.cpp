@@ -190,6 +190,51 @@ TEST_F(CudaBackwardTest, TensorCoreFormForced) {
   }
 }
 
+// gradients.weight's tensor-core form (exact float32, mma_weight_gradient.hpp) forced on every
+// layout pair: it reads x and grad_y in 16-byte chunks (H and K multiples of four, x contiguous
+// along H, rows on 16-byte boundaries; broadcast rows of x too) and is refused otherwise, as it is
+// for other dtypes. Partial output tiles on both sides, reductions of 1 to 300 rows (partial
+// k-tiles, several promotions). gradients.x takes the library's form.
+TEST_F(CudaBackwardTest, WeightTensorCoreFormForced) {
+  using cuda::WeightGradientForm;
+  const Shape shapes[] = {{3, 40, 16, 24}, {2, 33, 132, 20}, {4, 300, 8, 600}, {2, 33, 13, 65},
+                          {1, 130, 72, 132}, {5, 1, 4, 4},   {3, 257, 20, 260}, {2, 64, 6, 8},
+                          {2, 20, 8, 30}};
+  const DType float32[] = {DType::float32};
+  for (const BackwardCase& c : all_backward_cases(shapes, float32)) {
+    BackwardOperands o = make_backward_operands(c, 24);
+    DeviceBackwardOperands d(o);
+    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+    cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
+    forms.one_launch = false;
+    const bool x_fits = c.shape.H % 4 == 0 && (c.x_layout == BackwardLayout::contiguous ||
+                                               c.x_layout == BackwardLayout::head_major ||
+                                               c.x_layout == BackwardLayout::broadcast_rows);
+    const bool fits = x_fits && c.shape.K % 4 == 0;
+    if (fits) {
+      forms.weight = WeightGradientForm::tensor_cores;
+    } else {
+      cuda::BackwardForms refused = forms;
+      refused.weight = WeightGradientForm::tensor_cores;
+      expect_library_error([&] { (void)cuda::plan_backward(p, refused); }, "gradients.weight",
+                           x_fits ? "grad_y in 16-byte chunks" : "x in 16-byte chunks", ErrorCode::unsupported);
+    }
+    ASSERT_NO_FATAL_FAILURE(run_forced_forms(p, forms)) << c;
+    d.download(o);
+    expect_gradients_accurate(o, c, fits ? "cuda, weight on tensor cores" : "cuda, refused weight on tensor cores");
+  }
+  for (DType dtype : {DType::float64, DType::bfloat16}) {
+    const BackwardCase c{{3, 40, 16, 24}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
+    BackwardOperands o = make_backward_operands(c, 24);
+    DeviceBackwardOperands d(o);
+    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+    cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
+    forms.weight = WeightGradientForm::tensor_cores, forms.one_launch = false;
+    expect_library_error([&] { (void)cuda::plan_backward(p, forms); }, "gradients.weight", "float32 only",
+                         ErrorCode::unsupported);
+  }
+}
+
 // Where exact float32 takes the tensor-core form for gradients.x (from 786,432 outputs with
 // K >= 1024, grad_y in 16-byte chunks), and that TF32, other dtypes and short reductions do not;
 // at one such size the backward through the library's choice against the reference.

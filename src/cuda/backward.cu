@@ -25,6 +25,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_types.cuh"
 #include "cuda/mma_gemm_kernel.hpp"
+#include "cuda/mma_weight_gradient.hpp"
 #include "cuda/unfused_cublaslt.hpp"
 
 namespace gather_linear::cuda {
@@ -632,6 +633,10 @@ void weight_gradient(const BackwardProblem& p, WeightGradientForm form, bool tf3
     zero(p.grad_weight, {1, f.K, f.RH, 0, p.grad_weight_stride_k, 1}, f, stream);
     return;
   }
+  if (form == WeightGradientForm::tensor_cores) {
+    run_mma_weight_gradient(p, stream);
+    return;
+  }
   StridedBatchedGemm g;
   g.dtype = f.dtype;
   g.tf32 = tf32;
@@ -657,7 +662,8 @@ void weight_gradient(const BackwardProblem& p, WeightGradientForm form, bool tf3
       g.m = f.H, g.batch = f.R, g.batch_stride_d = f.H;
       g.a = {f.x, true, f.H == 1 ? f.B : f.x_stride_h, f.x_stride_r};
       break;
-    case WeightGradientForm::zero: break;
+    case WeightGradientForm::zero:
+    case WeightGradientForm::tensor_cores: break;
   }
   run_gemm(g, f.device.index, scratch, stream);
 }
@@ -714,9 +720,14 @@ BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms)
   if (input_tensor_cores)
     if (std::string why = input_tensor_cores_why_not(p); !why.empty())
       throw Error(ErrorCode::unsupported, "gradients.x", "the tensor-core form " + why);
+  const bool weight_tensor_cores = weight_gemm && forms.weight == WeightGradientForm::tensor_cores;
+  if (weight_tensor_cores)
+    if (std::string why = mma_weight_gradient_why_not(p); !why.empty())
+      throw Error(ErrorCode::unsupported, "gradients.weight", "the tensor-core form " + why);
   BackwardPlan plan{.forms = forms};
   ScratchLayout& s = plan.scratch;
-  std::size_t at = (input_gemm && !input_tensor_cores) || weight_gemm ? kGemmWorkspaceBytes : 0;
+  const bool cublas = (input_gemm && !input_tensor_cores) || (weight_gemm && !weight_tensor_cores);
+  std::size_t at = cublas ? kGemmWorkspaceBytes : 0;
   s.concatenation = at;
   if (weight_gemm && forms.weight == WeightGradientForm::concatenated)
     at += round_up_to_256(static_cast<std::size_t>(f.B * f.RH) * element);

@@ -21,8 +21,9 @@ namespace gather_linear::cuda {
 //                  sit side by side, else into a (B, R*H) scratch split into place.
 enum class InputGradientForm { zero, side_by_side, slices_h_unit, slices_b_unit, split, tensor_cores };
 // How gradients.weight reads x: in place (side_by_side, or batched slices with a unit stride in h
-// or b), or from a concatenation of x made in scratch first.
-enum class WeightGradientForm { zero, side_by_side, concatenated, slices_h_unit, slices_b_unit };
+// or b), or from a concatenation of x made in scratch first; tensor_cores (exact float32 only):
+// the 3xTF32 kernel of mma_weight_gradient.hpp, which reads grad_y and x in place.
+enum class WeightGradientForm { zero, side_by_side, concatenated, slices_h_unit, slices_b_unit, tensor_cores };
 
 struct BackwardForms {
   InputGradientForm input = InputGradientForm::zero;    // only meaningful where gradients.x is requested

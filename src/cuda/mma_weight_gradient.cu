@@ -1,0 +1,233 @@
+// Exact float32's gradients.weight on mma.sync in 3xTF32 (mma_weight_gradient.hpp says what it
+// computes). The output is M = K rows (grad_y's columns) by N = R*H columns (x's slices side by
+// side); the reduction runs over b.
+//
+// A k-tile is 32 rows b of both operands, each row's 16-byte chunks copied whole by cp.async
+// (a chunk of x never straddles two slices: H is a multiple of four). An m16n8k8 fragment holds
+// rows g and g + 8 of A (columns t and t + 4 of the reduction) and column g of B, for lane
+// g * 4 + t; with the reduction along shared memory's rows those are one element each of rows t
+// and t + 4. The kernel therefore numbers each warp's outputs so that a lane's fragments lie side
+// by side: A's row g of the MMA tile 2p + q is output row 4g + 2q of the warp's 32-row group p,
+// its row g + 8 the next (4g + 2q + 1), and B's column g of the MMA tile i (of four) is output
+// column 4g + i. One 16-byte load of a shared row then fills two A tiles' fragment halves, or
+// four B tiles'. Shared rows are padded to 8 floats past a multiple of 32 so that the 8 lanes
+// of a quarter warp (4 rows t, two chunks each) hit distinct banks.
+//
+// Precision as the forward's tf32x3 mode (mma_gemm_kernel.cuh): each operand split into big and
+// small tf32 parts, three MMAs per product, and the tensor cores' sums added into a float32
+// total every 128 reduction elements.
+#include <atomic>
+
+#include "cuda/mma_gemm_kernel.cuh"
+#include "cuda/mma_weight_gradient.hpp"
+
+namespace gather_linear::cuda {
+namespace mma {
+namespace {
+
+struct WeightGradientArgs {
+  const float* grad_y;
+  std::int64_t grad_y_stride_b;
+  const float* x;
+  std::int64_t x_stride_r, x_stride_b;  // x's h stride is 1
+  float* grad_weight;
+  std::int64_t grad_weight_stride_k;
+  std::int64_t B, K, H, RH;
+  std::int64_t tiles_m, tiles_n;
+};
+
+// Block tile: 128 outputs k x 64 columns r*H + h, in 2 x 2 warps of 64 x 32; 32 rows b a k-tile,
+// three k-tiles in flight (the forward's exact float32 tile, 128 x 64).
+constexpr int kBM = 128, kBN = 64, kWM = 64, kWN = 32, kBK = 32, kStages = 3;
+constexpr int kThreads = (kBM / kWM) * (kBN / kWN) * 32;
+constexpr int kLdA = kBM + 8, kLdB = kBN + 8;  // floats a shared row: 8 banks past a multiple of 32
+constexpr int kStageFloats = kBK * (kLdA + kLdB);
+constexpr int kSharedBytes = kStageFloats * kStages * static_cast<int>(sizeof(float));
+constexpr int kPromoteTiles = 4;  // 128 reduction elements between promotions, as the forward's
+
+__global__ void __launch_bounds__(kThreads) weight_gradient_kernel(const WeightGradientArgs a) {
+  constexpr int MT = kWM / 16, NT = kWN / 8;  // MMA tiles a warp
+  static_assert(MT % 2 == 0 && NT % 4 == 0, "fragments are loaded for two A tiles and four B tiles at once");
+  constexpr int kChunksA = kBM / 4, kChunksB = kBN / 4;  // 16-byte chunks of a tile's row
+  static_assert(kThreads % kChunksA == 0 && kThreads % kChunksB == 0, "copy slots");
+  constexpr int kRowsPerPassA = kThreads / kChunksA, kRowsPerPassB = kThreads / kChunksB;
+
+  extern __shared__ __align__(16) float shared_floats[];
+  const std::uint32_t shared_base = shared_address(shared_floats);
+
+  // Grouped raster, as the forward's: kGroupM row tiles walk the column tiles together.
+  const std::int64_t tile = blockIdx.x, group_tiles = kGroupM * a.tiles_n;
+  const std::int64_t first_m = tile / group_tiles * kGroupM;
+  const std::int64_t group_m = min(static_cast<std::int64_t>(kGroupM), a.tiles_m - first_m);
+  const std::int64_t m0 = (first_m + tile % group_tiles % group_m) * kBM;
+  const std::int64_t n0 = (tile % group_tiles / group_m) * kBN;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / (kBN / kWN), warp_n = warp % (kBN / kWN);
+  const int g = lane >> 2, t = lane & 3;
+
+  // This thread's copy slots: one chunk column of each operand, every kRowsPerPass-th row.
+  const int chunk_a = tid % kChunksA, first_row_a = tid / kChunksA;
+  const int chunk_b = tid % kChunksB, first_row_b = tid / kChunksB;
+  const std::int64_t m_chunk = m0 + chunk_a * 4, n_chunk = n0 + chunk_b * 4;
+  const bool m_valid = m_chunk < a.K, n_valid = n_chunk < a.RH;
+  const float* grad_y_column = a.grad_y + (m_valid ? m_chunk : 0);
+  const std::int64_t r = n_chunk / a.H;
+  const float* x_column = a.x + (n_valid ? r * a.x_stride_r + (n_chunk - r * a.H) : 0);
+
+  auto load_tile = [&](std::int64_t k_tile, int stage) {
+    const std::int64_t b0 = k_tile * kBK;
+    const std::uint32_t a_stage = shared_base + stage * kStageFloats * 4;
+    const std::uint32_t b_stage = a_stage + kBK * kLdA * 4;
+#pragma unroll
+    for (int row = first_row_a; row < kBK; row += kRowsPerPassA) {
+      const bool valid = m_valid && b0 + row < a.B;
+      const float* src = valid ? grad_y_column + (b0 + row) * a.grad_y_stride_b : a.grad_y;
+      copy_chunk_async(a_stage + (row * kLdA + chunk_a * 4) * 4, src, valid);
+    }
+#pragma unroll
+    for (int row = first_row_b; row < kBK; row += kRowsPerPassB) {
+      const bool valid = n_valid && b0 + row < a.B;
+      const float* src = valid ? x_column + (b0 + row) * a.x_stride_b : a.x;
+      copy_chunk_async(b_stage + (row * kLdB + chunk_b * 4) * 4, src, valid);
+    }
+  };
+
+  float acc[MT][NT][4] = {};
+  float total[MT][NT][4] = {};
+  const std::int64_t k_tiles = (a.B + kBK - 1) / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_tile(s, s);
+    commit_copies();
+  }
+
+  for (std::int64_t kt = 0; kt < k_tiles; ++kt) {
+    wait_copies<kStages - 2>();
+    __syncthreads();  // tile kt is visible to all; the stage refilled below is no longer read
+    if (kt + kStages - 1 < k_tiles) load_tile(kt + kStages - 1, static_cast<int>((kt + kStages - 1) % kStages));
+    commit_copies();
+
+    const float* a_tile = shared_floats + static_cast<int>(kt % kStages) * kStageFloats;
+    const float* b_tile = a_tile + kBK * kLdA;
+#pragma unroll
+    for (int ks = 0; ks < kBK / 8; ++ks) {
+      const int row_lo = ks * 8 + t, row_hi = row_lo + 4;
+      std::uint32_t b_frag[NT][2], b_small[NT][2];
+#pragma unroll
+      for (int quad = 0; quad < NT / 4; ++quad) {
+        const int column = warp_n * kWN + quad * 32 + 4 * g;
+        const float4 lo = *reinterpret_cast<const float4*>(b_tile + row_lo * kLdB + column);
+        const float4 hi = *reinterpret_cast<const float4*>(b_tile + row_hi * kLdB + column);
+        const float lo_v[4] = {lo.x, lo.y, lo.z, lo.w}, hi_v[4] = {hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          b_frag[quad * 4 + i][0] = __float_as_uint(lo_v[i]);
+          b_frag[quad * 4 + i][1] = __float_as_uint(hi_v[i]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) split_tf32(b_frag[nt], b_frag[nt], b_small[nt]);
+#pragma unroll
+      for (int pair = 0; pair < MT / 2; ++pair) {
+        const int column = warp_m * kWM + pair * 32 + 4 * g;
+        const float4 lo = *reinterpret_cast<const float4*>(a_tile + row_lo * kLdA + column);
+        const float4 hi = *reinterpret_cast<const float4*>(a_tile + row_hi * kLdA + column);
+        // Fragment registers: rows g, g + 8 at reduction column t, then at t + 4.
+        std::uint32_t a_frag[2][4] = {
+            {__float_as_uint(lo.x), __float_as_uint(lo.y), __float_as_uint(hi.x), __float_as_uint(hi.y)},
+            {__float_as_uint(lo.z), __float_as_uint(lo.w), __float_as_uint(hi.z), __float_as_uint(hi.w)}};
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          std::uint32_t a_small[4];
+          split_tf32(a_frag[q], a_frag[q], a_small);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            mma<Mode::tf32x3>(acc[pair * 2 + q][nt], a_small, b_frag[nt]);
+            mma<Mode::tf32x3>(acc[pair * 2 + q][nt], a_frag[q], b_small[nt]);
+            mma<Mode::tf32x3>(acc[pair * 2 + q][nt], a_frag[q], b_frag[nt]);
+          }
+        }
+      }
+    }
+    if (kt % kPromoteTiles == kPromoteTiles - 1 || kt == k_tiles - 1) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            total[mt][nt][i] += acc[mt][nt][i];
+            acc[mt][nt][i] = 0.f;
+          }
+    }
+  }
+  wait_copies<0>();
+
+  // Accumulator c[2 * half + j] of MMA tile (2p + q, 4u + i) sits at MMA row g + 8 * half and
+  // column 2t + j: output row 4g + 2q + half of the warp's group p, column 4(2t + j) + i of its
+  // group u (the numbering above).
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t row = m0 + warp_m * kWM + (mt / 2) * 32 + 4 * g + 2 * (mt % 2) + half;
+      if (row >= a.K) continue;
+      float* out = a.grad_weight + row * a.grad_weight_stride_k;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const std::int64_t column = n0 + warp_n * kWN + (nt / 4) * 32 + 4 * (2 * t + j) + nt % 4;
+          if (column < a.RH) out[column] = total[mt][nt][half * 2 + j];
+        }
+    }
+}
+
+}  // namespace
+}  // namespace mma
+
+std::string mma_weight_gradient_why_not(const BackwardProblem& p) {
+  const Problem& f = p.forward;
+  if (f.dtype != DType::float32) return "takes float32 only";
+  if (!slices_vectorizable(f.x, f.R, f.B, f.H, f.x_stride_r, f.x_stride_b, f.x_stride_h, 4))
+    return "needs x in 16-byte chunks: H a multiple of four, x contiguous along H, its strides multiples of four, "
+           "16-byte aligned";
+  if (f.K % 4 != 0 || (f.B > 1 && p.grad_y_stride_b % 4 != 0) || !aligned_to(p.grad_y, 16))
+    return "needs grad_y in 16-byte chunks: K a multiple of four, rows a multiple of four elements apart, 16-byte "
+           "aligned";
+  if ((f.K + mma::kBM - 1) / mma::kBM * ((f.RH + mma::kBN - 1) / mma::kBN) > 0x7fffffff)
+    return "needs fewer output tiles than a grid can hold";
+  return {};
+}
+
+void run_mma_weight_gradient(const BackwardProblem& p, CudaStream stream) {
+  const Problem& f = p.forward;
+  if (f.K == 0 || f.RH == 0) return;
+  const std::int64_t tiles_m = (f.K + mma::kBM - 1) / mma::kBM, tiles_n = (f.RH + mma::kBN - 1) / mma::kBN;
+  const mma::WeightGradientArgs args{static_cast<const float*>(p.grad_y),
+                                     p.grad_y_stride_b,
+                                     static_cast<const float*>(f.x),
+                                     f.x_stride_r,
+                                     f.x_stride_b,
+                                     static_cast<float*>(p.grad_weight),
+                                     p.grad_weight_stride_k,
+                                     f.B,
+                                     f.K,
+                                     f.H,
+                                     f.RH,
+                                     tiles_m,
+                                     tiles_n};
+  static std::atomic<bool> shared_limit_raised[kMaxDevices];
+  if (!shared_limit_raised[f.device.index].load(std::memory_order_acquire)) {
+    check(cudaFuncSetAttribute(mma::weight_gradient_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               mma::kSharedBytes),
+          "cudaFuncSetAttribute(weight_gradient_kernel)");
+    shared_limit_raised[f.device.index].store(true, std::memory_order_release);
+  }
+  mma::weight_gradient_kernel<<<static_cast<unsigned>(tiles_m * tiles_n), mma::kThreads, mma::kSharedBytes, stream>>>(
+      args);
+  check_launch("weight_gradient_kernel");
+}
+
+}  // namespace gather_linear::cuda
