@@ -150,89 +150,79 @@ TEST_F(CudaBackwardTest, EveryFormForced) {
       }
 }
 
-// gradients.x's tensor-core form (exact float32 on the forward's 3xTF32 kernel) forced on every
-// layout pair: it needs grad_y in 16-byte chunks (K a multiple of four, rows on 16-byte
-// boundaries) and is refused otherwise, as it is for other dtypes. The weight's gradient takes
-// the library's form.
-TEST_F(CudaBackwardTest, TensorCoreFormForced) {
-  using cuda::InputGradientForm;
-  const Shape shapes[] = {{3, 40, 16, 24}, {2, 33, 130, 20}, {4, 300, 8, 600}, {2, 33, 13, 65}, {1, 130, 72, 132}};
-  const DType float32[] = {DType::float32};
-  for (const BackwardCase& c : all_backward_cases(shapes, float32)) {
-    BackwardOperands o = make_backward_operands(c, 22);
-    DeviceBackwardOperands d(o);
+// A tensor-core form (exact float32) forced on the float32 cases where `refusal(c)` is empty, and
+// on the others refused by the plan (naming `gradient`, the message holding `refusal(c)`) and the
+// library's form run instead; then forced on float64 and bfloat16, refused as "float32 only".
+// The other gradients take the library's forms.
+template <class Force, class Refusal>
+void expect_tensor_core_form_forced(const std::vector<BackwardCase>& cases, const char* gradient, Force force,
+                                    Refusal refusal) {
+  const auto plan_of = [](const DeviceBackwardOperands& d) {
     const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
     cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
     forms.one_launch = false;
-    const bool fits = c.shape.K % 4 == 0 && c.x_layout != BackwardLayout::strided &&
-                      c.x_layout != BackwardLayout::misaligned;
-    if (fits) {
-      forms.input = InputGradientForm::tensor_cores;
+    return std::pair{p, forms};
+  };
+  for (const BackwardCase& c : cases) {
+    BackwardOperands o = make_backward_operands(c, 22);
+    DeviceBackwardOperands d(o);
+    auto [p, forms] = plan_of(d);
+    const std::string why_not = refusal(c);
+    if (why_not.empty()) {
+      force(forms);
     } else {
       cuda::BackwardForms refused = forms;
-      refused.input = InputGradientForm::tensor_cores;
-      expect_library_error([&] { (void)cuda::plan_backward(p, refused); }, "gradients.x", "16-byte",
-                           ErrorCode::unsupported);
+      force(refused);
+      expect_library_error([&] { (void)cuda::plan_backward(p, refused); }, gradient, why_not, ErrorCode::unsupported);
     }
     ASSERT_NO_FATAL_FAILURE(run_forced_forms(p, forms)) << c;
     d.download(o);
-    expect_gradients_accurate(o, c, fits ? "cuda, tensor cores" : "cuda, refused tensor cores");
+    expect_gradients_accurate(o, c, std::string("cuda, ") + gradient + (why_not.empty() ? " on" : " refused") +
+                                        " tensor cores");
   }
   for (DType dtype : {DType::float64, DType::bfloat16}) {
     const BackwardCase c{{3, 40, 16, 24}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
     BackwardOperands o = make_backward_operands(c, 22);
     DeviceBackwardOperands d(o);
-    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
-    cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
-    forms.input = InputGradientForm::tensor_cores, forms.one_launch = false;
-    expect_library_error([&] { (void)cuda::plan_backward(p, forms); }, "gradients.x", "float32 only",
+    auto [p, forms] = plan_of(d);
+    force(forms);
+    expect_library_error([&] { (void)cuda::plan_backward(p, forms); }, gradient, "float32 only",
                          ErrorCode::unsupported);
   }
 }
 
-// gradients.weight's tensor-core form (exact float32, mma_weight_gradient.hpp) forced on every
-// layout pair: it reads x and grad_y in 16-byte chunks (H and K multiples of four, x contiguous
-// along H, rows on 16-byte boundaries; broadcast rows of x too) and is refused otherwise, as it is
-// for other dtypes. Partial output tiles on both sides, reductions of 1 to 300 rows (partial
-// k-tiles, several promotions). gradients.x takes the library's form.
-TEST_F(CudaBackwardTest, WeightTensorCoreFormForced) {
-  using cuda::WeightGradientForm;
-  const Shape shapes[] = {{3, 40, 16, 24}, {2, 33, 132, 20}, {4, 300, 8, 600}, {2, 33, 13, 65},
-                          {1, 130, 72, 132}, {5, 1, 4, 4},   {3, 257, 20, 260}, {2, 64, 6, 8},
-                          {2, 20, 8, 30}};
+// gradients.x's tensor-core form (exact float32 on the forward's 3xTF32 kernel) on every layout
+// pair: it needs grad_y in 16-byte chunks (K a multiple of four, rows on 16-byte boundaries).
+TEST_F(CudaBackwardTest, TensorCoreFormForced) {
+  const Shape shapes[] = {{3, 40, 16, 24}, {2, 33, 130, 20}, {4, 300, 8, 600}, {2, 33, 13, 65}, {1, 130, 72, 132}};
   const DType float32[] = {DType::float32};
-  for (const BackwardCase& c : all_backward_cases(shapes, float32)) {
-    BackwardOperands o = make_backward_operands(c, 24);
-    DeviceBackwardOperands d(o);
-    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
-    cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
-    forms.one_launch = false;
-    const bool x_fits = c.shape.H % 4 == 0 && (c.x_layout == BackwardLayout::contiguous ||
-                                               c.x_layout == BackwardLayout::head_major ||
-                                               c.x_layout == BackwardLayout::broadcast_rows);
-    const bool fits = x_fits && c.shape.K % 4 == 0;
-    if (fits) {
-      forms.weight = WeightGradientForm::tensor_cores;
-    } else {
-      cuda::BackwardForms refused = forms;
-      refused.weight = WeightGradientForm::tensor_cores;
-      expect_library_error([&] { (void)cuda::plan_backward(p, refused); }, "gradients.weight",
-                           x_fits ? "grad_y in 16-byte chunks" : "x in 16-byte chunks", ErrorCode::unsupported);
-    }
-    ASSERT_NO_FATAL_FAILURE(run_forced_forms(p, forms)) << c;
-    d.download(o);
-    expect_gradients_accurate(o, c, fits ? "cuda, weight on tensor cores" : "cuda, refused weight on tensor cores");
-  }
-  for (DType dtype : {DType::float64, DType::bfloat16}) {
-    const BackwardCase c{{3, 40, 16, 24}, dtype, BackwardLayout::contiguous, BackwardLayout::contiguous};
-    BackwardOperands o = make_backward_operands(c, 24);
-    DeviceBackwardOperands d(o);
-    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
-    cuda::BackwardForms forms = cuda::choose_forms(p, Fp32Precision::ieee);
-    forms.weight = WeightGradientForm::tensor_cores, forms.one_launch = false;
-    expect_library_error([&] { (void)cuda::plan_backward(p, forms); }, "gradients.weight", "float32 only",
-                         ErrorCode::unsupported);
-  }
+  expect_tensor_core_form_forced(
+      all_backward_cases(shapes, float32), "gradients.x",
+      [](cuda::BackwardForms& forms) { forms.input = cuda::InputGradientForm::tensor_cores; },
+      [](const BackwardCase& c) -> std::string {
+        const bool fits = c.shape.K % 4 == 0 && c.x_layout != BackwardLayout::strided &&
+                          c.x_layout != BackwardLayout::misaligned;
+        return fits ? "" : "16-byte";
+      });
+}
+
+// gradients.weight's tensor-core form (exact float32, mma_weight_gradient.hpp) on every layout
+// pair: it reads x and grad_y in 16-byte chunks (H and K multiples of four, x contiguous along H,
+// rows on 16-byte boundaries; broadcast rows of x too). Partial output tiles on both sides,
+// reductions of 1 to 300 rows (partial k-tiles, several promotions).
+TEST_F(CudaBackwardTest, WeightTensorCoreFormForced) {
+  const Shape shapes[] = {{3, 40, 16, 24}, {2, 33, 132, 20}, {4, 300, 8, 600}, {2, 33, 13, 65}, {1, 130, 72, 132},
+                          {5, 1, 4, 4},    {3, 257, 20, 260}, {2, 64, 6, 8},   {2, 20, 8, 30}};
+  const DType float32[] = {DType::float32};
+  expect_tensor_core_form_forced(
+      all_backward_cases(shapes, float32), "gradients.weight",
+      [](cuda::BackwardForms& forms) { forms.weight = cuda::WeightGradientForm::tensor_cores; },
+      [](const BackwardCase& c) -> std::string {
+        const bool x_fits = c.shape.H % 4 == 0 && (c.x_layout == BackwardLayout::contiguous ||
+                                                   c.x_layout == BackwardLayout::head_major ||
+                                                   c.x_layout == BackwardLayout::broadcast_rows);
+        return !x_fits ? "x in 16-byte chunks" : c.shape.K % 4 != 0 ? "grad_y in 16-byte chunks" : "";
+      });
 }
 
 // Where exact float32 takes the tensor-core form for gradients.x (from 786,432 outputs with

@@ -125,6 +125,42 @@ __device__ __forceinline__ void round_tf32(std::uint32_t (&v)[N]) {
   for (int i = 0; i < N; ++i) v[i] = to_tf32(__uint_as_float(v[i]));
 }
 
+struct TileOrigin {
+  std::int64_t m0, n0;
+};
+// This block's first row and column in a grouped raster: kGroupM row tiles walk the column
+// tiles together.
+__device__ __forceinline__ TileOrigin grouped_tile_origin(std::int64_t tiles_m, std::int64_t tiles_n, int bm, int bn) {
+  const std::int64_t tile = blockIdx.x, group_tiles = kGroupM * tiles_n;
+  const std::int64_t first_m = tile / group_tiles * kGroupM;
+  const std::int64_t group_m = min(static_cast<std::int64_t>(kGroupM), tiles_m - first_m);
+  return {(first_m + tile % group_tiles % group_m) * bm, (tile % group_tiles / group_m) * bn};
+}
+
+// tf32x3's promotion (see the precision modes above): the tensor cores' sums added into the
+// float32 totals, and restarted.
+template <int MT, int NT>
+__device__ __forceinline__ void promote(float (&total)[MT][NT][4], float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        total[mt][nt][i] += acc[mt][nt][i];
+        acc[mt][nt][i] = 0.f;
+      }
+}
+
+// Raises a kernel's dynamic shared-memory limit to `bytes`, once per device.
+template <auto Kernel>
+void raise_shared_limit_once(int device, int bytes, const char* what) {
+  static std::atomic<bool> raised[kMaxDevices];
+  if (raised[device].load(std::memory_order_acquire)) return;
+  check(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
+  raised[device].store(true, std::memory_order_release);
+}
+
 template <Mode MODE, class Config>
 __global__ void __launch_bounds__(Config::kThreads) mma_gemm_kernel(const MmaArgs a) {
   using T = typename ModeTraits<MODE>::Element;
@@ -139,12 +175,7 @@ __global__ void __launch_bounds__(Config::kThreads) mma_gemm_kernel(const MmaArg
   extern __shared__ __align__(128) unsigned char shared[];
   const std::uint32_t shared_base = shared_address(shared);
 
-  // Grouped raster: kGroupM row tiles walk the column tiles together.
-  const std::int64_t tile = blockIdx.x, group_tiles = kGroupM * a.tiles_n;
-  const std::int64_t first_m = tile / group_tiles * kGroupM;
-  const std::int64_t group_m = min(static_cast<std::int64_t>(kGroupM), a.tiles_m - first_m);
-  const std::int64_t m0 = (first_m + tile % group_tiles % group_m) * BM;
-  const std::int64_t n0 = (tile % group_tiles / group_m) * BN;
+  const auto [m0, n0] = grouped_tile_origin(a.tiles_m, a.tiles_n, BM, BN);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / (BN / WN), warp_n = warp % (BN / WN);
@@ -233,19 +264,8 @@ __global__ void __launch_bounds__(Config::kThreads) mma_gemm_kernel(const MmaArg
         }
       }
     }
-    if constexpr (kPromote) {
-      if (kt % kPromoteTiles == kPromoteTiles - 1 || kt == k_tiles - 1) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              total[mt][nt][i] += acc[mt][nt][i];
-              acc[mt][nt][i] = 0.f;
-            }
-      }
-    }
+    if constexpr (kPromote)
+      if (kt % kPromoteTiles == kPromoteTiles - 1 || kt == k_tiles - 1) promote(total, acc);
   }
   wait_copies<0>();
   if constexpr (kPromote) {
@@ -285,13 +305,8 @@ template <Mode MODE, class Config>
 void launch(const Problem& p, CudaStream stream) {
   const std::int64_t tiles_m = (p.B + Config::kBM - 1) / Config::kBM, tiles_n = (p.K + Config::kBN - 1) / Config::kBN;
   const MmaArgs args{operands_of(p), p.B, p.H, p.K, p.RH, tiles_m, tiles_n};
-  static std::atomic<bool> shared_limit_raised[kMaxDevices];
-  if (!shared_limit_raised[p.device.index].load(std::memory_order_acquire)) {
-    check(cudaFuncSetAttribute(mma_gemm_kernel<MODE, Config>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               Config::kSharedBytes),
-          "cudaFuncSetAttribute(mma_gemm_kernel)");
-    shared_limit_raised[p.device.index].store(true, std::memory_order_release);
-  }
+  raise_shared_limit_once<mma_gemm_kernel<MODE, Config>>(p.device.index, Config::kSharedBytes,
+                                                         "cudaFuncSetAttribute(mma_gemm_kernel)");
   mma_gemm_kernel<MODE, Config>
       <<<static_cast<unsigned>(tiles_m * tiles_n), Config::kThreads, Config::kSharedBytes, stream>>>(args);
   check_launch("mma_gemm_kernel");

@@ -16,8 +16,6 @@
 // Precision as the forward's tf32x3 mode (mma_gemm_kernel.cuh): each operand split into big and
 // small tf32 parts, three MMAs per product, and the tensor cores' sums added into a float32
 // total every 128 reduction elements.
-#include <atomic>
-
 #include "cuda/mma_gemm_kernel.cuh"
 #include "cuda/mma_weight_gradient.hpp"
 
@@ -55,12 +53,7 @@ __global__ void __launch_bounds__(kThreads) weight_gradient_kernel(const WeightG
   extern __shared__ __align__(16) float shared_floats[];
   const std::uint32_t shared_base = shared_address(shared_floats);
 
-  // Grouped raster, as the forward's: kGroupM row tiles walk the column tiles together.
-  const std::int64_t tile = blockIdx.x, group_tiles = kGroupM * a.tiles_n;
-  const std::int64_t first_m = tile / group_tiles * kGroupM;
-  const std::int64_t group_m = min(static_cast<std::int64_t>(kGroupM), a.tiles_m - first_m);
-  const std::int64_t m0 = (first_m + tile % group_tiles % group_m) * kBM;
-  const std::int64_t n0 = (tile % group_tiles / group_m) * kBN;
+  const auto [m0, n0] = grouped_tile_origin(a.tiles_m, a.tiles_n, kBM, kBN);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / (kBN / kWN), warp_n = warp % (kBN / kWN);
@@ -150,17 +143,7 @@ __global__ void __launch_bounds__(kThreads) weight_gradient_kernel(const WeightG
         }
       }
     }
-    if (kt % kPromoteTiles == kPromoteTiles - 1 || kt == k_tiles - 1) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            total[mt][nt][i] += acc[mt][nt][i];
-            acc[mt][nt][i] = 0.f;
-          }
-    }
+    if (kt % kPromoteTiles == kPromoteTiles - 1 || kt == k_tiles - 1) promote(total, acc);
   }
   wait_copies<0>();
 
@@ -218,13 +201,8 @@ void run_mma_weight_gradient(const BackwardProblem& p, CudaStream stream) {
                                      f.RH,
                                      tiles_m,
                                      tiles_n};
-  static std::atomic<bool> shared_limit_raised[kMaxDevices];
-  if (!shared_limit_raised[f.device.index].load(std::memory_order_acquire)) {
-    check(cudaFuncSetAttribute(mma::weight_gradient_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               mma::kSharedBytes),
-          "cudaFuncSetAttribute(weight_gradient_kernel)");
-    shared_limit_raised[f.device.index].store(true, std::memory_order_release);
-  }
+  mma::raise_shared_limit_once<mma::weight_gradient_kernel>(f.device.index, mma::kSharedBytes,
+                                                            "cudaFuncSetAttribute(weight_gradient_kernel)");
   mma::weight_gradient_kernel<<<static_cast<unsigned>(tiles_m * tiles_n), mma::kThreads, mma::kSharedBytes, stream>>>(
       args);
   check_launch("weight_gradient_kernel");
