@@ -13,6 +13,7 @@
 
 #include "backward_support.hpp"
 #include "cuda/backward.hpp"
+#include "cuda/mma_weight_gradient.hpp"
 #include "cuda_test_support.hpp"
 
 namespace gather_linear {
@@ -223,6 +224,33 @@ TEST_F(CudaBackwardTest, WeightTensorCoreFormForced) {
                                                    c.x_layout == BackwardLayout::broadcast_rows);
         return !x_fits ? "x in 16-byte chunks" : c.shape.K % 4 != 0 ? "grad_y in 16-byte chunks" : "";
       });
+}
+
+// Each of gradients.weight's tensor-core tiles (128 x 64 and 64 x 64), forced where the library
+// would take the other, on partial tiles at every edge: gradients.x and the bias through the
+// library's forms first, then gradients.weight, still NaN, by the kernel alone.
+TEST_F(CudaBackwardTest, WeightTensorCoreTilesForced) {
+  using cuda::MmaTile;
+  const Shape shapes[] = {{3, 70, 44, 200}, {1, 33, 64, 132}, {2, 300, 36, 388}, {4, 1, 8, 4}};
+  for (const Shape& s : shapes)
+    for (auto layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::broadcast_rows})
+      for (MmaTile tile : {MmaTile::rows128_cols64, MmaTile::rows64_cols64}) {
+        const BackwardCase c{s, DType::float32, layout, BackwardLayout::contiguous};
+        BackwardOperands o = make_backward_operands(c, 25);
+        DeviceBackwardOperands d(o);
+        const BackwardProblem all = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+        const BackwardProblem x_and_bias =
+            validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients(true, false, true));
+        cuda::BackwardForms forms = cuda::choose_forms(x_and_bias, Fp32Precision::ieee);
+        forms.one_launch = false;
+        ASSERT_NO_FATAL_FAILURE(run_forced_forms(x_and_bias, forms)) << c;
+        ASSERT_EQ(cuda::mma_weight_gradient_why_not(all), "") << c;
+        cuda::run_mma_weight_gradient(all, nullptr, tile);
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        d.download(o);
+        expect_gradients_accurate(o, c, tile == MmaTile::rows128_cols64 ? "cuda, 128 x 64 weight tiles"
+                                                                        : "cuda, 64 x 64 weight tiles");
+      }
 }
 
 // Where exact float32 takes the tensor-core form for gradients.x (from 786,432 outputs with

@@ -34,16 +34,29 @@ struct WeightGradientArgs {
   std::int64_t tiles_m, tiles_n;
 };
 
-// Block tile: 128 outputs k x 64 columns r*H + h, in 2 x 2 warps of 64 x 32; 32 rows b a k-tile,
-// three k-tiles in flight (the forward's exact float32 tile, 128 x 64).
-constexpr int kBM = 128, kBN = 64, kWM = 64, kWN = 32, kBK = 32, kStages = 3;
-constexpr int kThreads = (kBM / kWM) * (kBN / kWN) * 32;
-constexpr int kLdA = kBM + 8, kLdB = kBN + 8;  // floats a shared row: 8 banks past a multiple of 32
-constexpr int kStageFloats = kBK * (kLdA + kLdB);
-constexpr int kSharedBytes = kStageFloats * kStages * static_cast<int>(sizeof(float));
+// Block tiles: BM outputs k x BN columns r*H + h in warps of WM x WN; 32 rows b a k-tile, STAGES
+// k-tiles in flight. Shared rows are padded to 8 floats past a multiple of 32.
+template <int BM, int BN, int WM, int WN, int STAGES>
+struct WeightTile {
+  static constexpr int kBM = BM, kBN = BN, kWM = WM, kWN = WN, kBK = 32, kStages = STAGES;
+  static constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
+  static constexpr int kLdA = BM + 8, kLdB = BN + 8;
+  static_assert(kLdA % 32 == 8 && kLdB % 32 == 8, "a quarter warp's rows t = 0..3 on distinct banks");
+  static constexpr int kStageFloats = kBK * (kLdA + kLdB);
+  static constexpr int kSharedBytes = kStageFloats * STAGES * static_cast<int>(sizeof(float));
+};
+// The forward's exact float32 tiles: 128 x 64 in 2 x 2 warps of 64 x 32, three k-tiles in flight,
+// and 64 x 64 in warps of 32 x 32, four in flight, where the larger ones would leave
+// multiprocessors idle.
+using LargeWeightTile = WeightTile<128, 64, 64, 32, 3>;
+using SmallWeightTile = WeightTile<64, 64, 32, 32, 4>;
 constexpr int kPromoteTiles = 4;  // 128 reduction elements between promotions, as the forward's
 
-__global__ void __launch_bounds__(kThreads) weight_gradient_kernel(const WeightGradientArgs a) {
+template <class Tile>
+__global__ void __launch_bounds__(Tile::kThreads) weight_gradient_kernel(const WeightGradientArgs a) {
+  constexpr int kBM = Tile::kBM, kBN = Tile::kBN, kWM = Tile::kWM, kWN = Tile::kWN, kBK = Tile::kBK;
+  constexpr int kStages = Tile::kStages, kThreads = Tile::kThreads, kLdA = Tile::kLdA, kLdB = Tile::kLdB;
+  constexpr int kStageFloats = Tile::kStageFloats;
   constexpr int MT = kWM / 16, NT = kWN / 8;  // MMA tiles a warp
   static_assert(MT % 2 == 0 && NT % 4 == 0, "fragments are loaded for two A tiles and four B tiles at once");
   constexpr int kChunksA = kBM / 4, kChunksB = kBN / 4;  // 16-byte chunks of a tile's row
@@ -179,15 +192,16 @@ std::string mma_weight_gradient_why_not(const BackwardProblem& p) {
   if (f.K % 4 != 0 || (f.B > 1 && p.grad_y_stride_b % 4 != 0) || !aligned_to(p.grad_y, 16))
     return "needs grad_y in 16-byte chunks: K a multiple of four, rows a multiple of four elements apart, 16-byte "
            "aligned";
-  if ((f.K + mma::kBM - 1) / mma::kBM * ((f.RH + mma::kBN - 1) / mma::kBN) > 0x7fffffff)
-    return "needs fewer output tiles than a grid can hold";
+  if ((f.K + 63) / 64 * ((f.RH + 63) / 64) > 0x7fffffff) return "needs fewer output tiles than a grid can hold";
   return {};
 }
 
-void run_mma_weight_gradient(const BackwardProblem& p, CudaStream stream) {
+namespace {
+
+template <class Tile>
+void launch_weight_gradient(const BackwardProblem& p, CudaStream stream) {
   const Problem& f = p.forward;
-  if (f.K == 0 || f.RH == 0) return;
-  const std::int64_t tiles_m = (f.K + mma::kBM - 1) / mma::kBM, tiles_n = (f.RH + mma::kBN - 1) / mma::kBN;
+  const std::int64_t tiles_m = (f.K + Tile::kBM - 1) / Tile::kBM, tiles_n = (f.RH + Tile::kBN - 1) / Tile::kBN;
   const mma::WeightGradientArgs args{static_cast<const float*>(p.grad_y),
                                      p.grad_y_stride_b,
                                      static_cast<const float*>(f.x),
@@ -201,11 +215,27 @@ void run_mma_weight_gradient(const BackwardProblem& p, CudaStream stream) {
                                      f.RH,
                                      tiles_m,
                                      tiles_n};
-  mma::raise_shared_limit_once<mma::weight_gradient_kernel>(f.device.index, mma::kSharedBytes,
-                                                            "cudaFuncSetAttribute(weight_gradient_kernel)");
-  mma::weight_gradient_kernel<<<static_cast<unsigned>(tiles_m * tiles_n), mma::kThreads, mma::kSharedBytes, stream>>>(
-      args);
+  mma::raise_shared_limit_once<mma::weight_gradient_kernel<Tile>>(f.device.index, Tile::kSharedBytes,
+                                                                  "cudaFuncSetAttribute(weight_gradient_kernel)");
+  mma::weight_gradient_kernel<Tile>
+      <<<static_cast<unsigned>(tiles_m * tiles_n), Tile::kThreads, Tile::kSharedBytes, stream>>>(args);
   check_launch("weight_gradient_kernel");
+}
+
+}  // namespace
+
+void run_mma_weight_gradient(const BackwardProblem& p, CudaStream stream, MmaTile tile) {
+  const Problem& f = p.forward;
+  if (f.K == 0 || f.RH == 0) return;
+  if (tile == MmaTile::automatic) {
+    // As the forward's exact float32: the larger tile where its grid covers every multiprocessor.
+    const std::int64_t tiles = (f.K + 127) / 128 * ((f.RH + 63) / 64);
+    tile = tiles >= multiprocessor_count(f.device.index) ? MmaTile::rows128_cols64 : MmaTile::rows64_cols64;
+  }
+  if (tile == MmaTile::rows128_cols64)
+    launch_weight_gradient<mma::LargeWeightTile>(p, stream);
+  else
+    launch_weight_gradient<mma::SmallWeightTile>(p, stream);
 }
 
 }  // namespace gather_linear::cuda

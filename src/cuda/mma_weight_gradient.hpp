@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/problem.hpp"
+#include "cuda/mma_gemm_kernel.hpp"
 #include "gather_linear/gather_linear.hpp"
 
 namespace gather_linear::cuda {
@@ -19,6 +20,8 @@ namespace gather_linear::cuda {
 // needs: grad_y's rows and x's slices in 16-byte chunks).
 std::string mma_weight_gradient_why_not(const BackwardProblem& p);
 // Enqueues gradients.weight of a float32 problem with B >= 1 (mma_weight_gradient_why_not empty).
-void run_mma_weight_gradient(const BackwardProblem& p, CudaStream stream);
+// The tile's rows are outputs k, its columns r*H + h: 128 x 64 or 64 x 64; `automatic` takes the
+// larger where its grid still covers every multiprocessor.
+void run_mma_weight_gradient(const BackwardProblem& p, CudaStream stream, MmaTile tile = MmaTile::automatic);
 
 }  // namespace gather_linear::cuda
