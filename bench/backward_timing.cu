@@ -271,11 +271,12 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
       }
       cuda::run_backward(p, cuda::plan_backward(p, c.forms), Options{}, scratch, stream);
     });
-  // ... and each of its tiles, forced (contiguous x).
+  // ... and each of its tiles without a split reduction, forced (contiguous x).
   if (weight_tensor_cores)
     for (cuda::MmaTile tile : {cuda::MmaTile::rows128_cols64, cuda::MmaTile::rows64_cols64})
-      launches.push_back(
-          [&, tile](int set) { cuda::run_mma_weight_gradient(problem(set, weight_only), stream, tile); });
+      launches.push_back([&, tile](int set) {
+        cuda::run_mma_weight_gradient(problem(set, weight_only), {.tile = tile, .parts = 1}, nullptr, stream);
+      });
   // gradients.weight on the tensor cores against the batched slices (cuBLAS), set 0, before timing.
   double weight_err = 0;
   if (weight_tensor_cores) {
@@ -298,11 +299,14 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
     std::printf(",%.3f", t[6].graph_us);
   else
     std::printf(",");
-  if (weight_tensor_cores)
-    std::printf(",%.3f,%.3f,%.3f,%.3f,%.2e\n", t[7].graph_us, t[8].graph_us, t[9].graph_us, t[10].graph_us,
-                weight_err);
-  else
-    std::printf(",,,,,\n");
+  if (weight_tensor_cores) {
+    const cuda::WeightGradientLaunch chosen = cuda::mma_weight_gradient_launch(problem(0, weight_only));
+    std::printf(",%.3f,%.3f,%s,%d,%.3f,%.3f,%.2e\n", t[7].graph_us, t[8].graph_us,
+                chosen.tile == cuda::MmaTile::rows128_cols64 ? "128x64" : "64x64", chosen.parts, t[9].graph_us,
+                t[10].graph_us, weight_err);
+  } else {
+    std::printf(",,,,,,,\n");
+  }
   std::fflush(stdout);
 }
 
@@ -393,8 +397,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "--forms") {
     std::printf("R,B,H,K,dtype,x_elements,dw_slices_us,dw_concatenated_us,dw_gemm_only_us,"
                 "dw_concatenated_over_slices,dx_slices_us,dx_split_us,dx_gemm_only_us,dx_split_over_slices,"
-                "dx_tensor_cores_us,dw_tensor_cores_us,dw_tensor_cores_head_major_us,dw_tensor_cores_128x64_us,"
-                "dw_tensor_cores_64x64_us,dw_tensor_cores_disagreement\n");
+                "dx_tensor_cores_us,dw_tensor_cores_us,dw_tensor_cores_head_major_us,dw_tensor_cores_tile,"
+                "dw_tensor_cores_parts,dw_tensor_cores_128x64_unsplit_us,dw_tensor_cores_64x64_unsplit_us,"
+                "dw_tensor_cores_disagreement\n");
     if (argc > 2) {  // the shapes given, R,B,H,K[,f32|bf16] (bf16 when the dtype is left out)
       for (int i = 2; i < argc; ++i) {
         long long R = 0, B = 0, H = 0, K = 0;

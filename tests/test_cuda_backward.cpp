@@ -210,10 +210,12 @@ TEST_F(CudaBackwardTest, TensorCoreFormForced) {
 // gradients.weight's tensor-core form (exact float32, mma_weight_gradient.hpp) on every layout
 // pair: it reads x and grad_y in 16-byte chunks (H and K multiples of four, x contiguous along H,
 // rows on 16-byte boundaries; broadcast rows of x too). Partial output tiles on both sides,
-// reductions of 1 to 300 rows (partial k-tiles, several promotions).
+// reductions of 1 to 2100 rows (partial k-tiles, several promotions, split into parts where the
+// output tiles are few).
 TEST_F(CudaBackwardTest, WeightTensorCoreFormForced) {
   const Shape shapes[] = {{3, 40, 16, 24}, {2, 33, 132, 20}, {4, 300, 8, 600}, {2, 33, 13, 65}, {1, 130, 72, 132},
-                          {5, 1, 4, 4},    {3, 257, 20, 260}, {2, 64, 6, 8},   {2, 20, 8, 30}};
+                          {5, 1, 4, 4},    {3, 257, 20, 260}, {2, 64, 6, 8},   {2, 20, 8, 30},
+                          {2, 600, 8, 16}, {1, 2100, 16, 40}};  // the last two: the reduction split, 2 and 8 parts
   const DType float32[] = {DType::float32};
   expect_tensor_core_form_forced(
       all_backward_cases(shapes, float32), "gradients.weight",
@@ -226,31 +228,39 @@ TEST_F(CudaBackwardTest, WeightTensorCoreFormForced) {
       });
 }
 
-// Each of gradients.weight's tensor-core tiles (128 x 64 and 64 x 64), forced where the library
-// would take the other, on partial tiles at every edge: gradients.x and the bias through the
-// library's forms first, then gradients.weight, still NaN, by the kernel alone.
-TEST_F(CudaBackwardTest, WeightTensorCoreTilesForced) {
+// gradients.weight's tensor-core kernel in each tile (128 x 64 and 64 x 64), its reduction whole
+// and split into 3 parts (unevenly; at B = 1 two parts have no rows), forced whatever the library
+// would choose, on partial tiles at every edge: gradients.x and the bias through the library's
+// forms first, then gradients.weight, still NaN, by the kernel alone; the scratch NaN bytes first.
+TEST_F(CudaBackwardTest, WeightTensorCoreTilesAndPartsForced) {
   using cuda::MmaTile;
   const Shape shapes[] = {{3, 70, 44, 200}, {1, 33, 64, 132}, {2, 300, 36, 388}, {4, 1, 8, 4}};
   for (const Shape& s : shapes)
     for (auto layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::broadcast_rows})
-      for (MmaTile tile : {MmaTile::rows128_cols64, MmaTile::rows64_cols64}) {
-        const BackwardCase c{s, DType::float32, layout, BackwardLayout::contiguous};
-        BackwardOperands o = make_backward_operands(c, 25);
-        DeviceBackwardOperands d(o);
-        const BackwardProblem all = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
-        const BackwardProblem x_and_bias =
-            validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients(true, false, true));
-        cuda::BackwardForms forms = cuda::choose_forms(x_and_bias, Fp32Precision::ieee);
-        forms.one_launch = false;
-        ASSERT_NO_FATAL_FAILURE(run_forced_forms(x_and_bias, forms)) << c;
-        ASSERT_EQ(cuda::mma_weight_gradient_why_not(all), "") << c;
-        cuda::run_mma_weight_gradient(all, nullptr, tile);
-        CUDA_ASSERT(cudaDeviceSynchronize());
-        d.download(o);
-        expect_gradients_accurate(o, c, tile == MmaTile::rows128_cols64 ? "cuda, 128 x 64 weight tiles"
-                                                                        : "cuda, 64 x 64 weight tiles");
-      }
+      for (MmaTile tile : {MmaTile::rows128_cols64, MmaTile::rows64_cols64})
+        for (int parts : {1, 3}) {
+          const BackwardCase c{s, DType::float32, layout, BackwardLayout::contiguous};
+          BackwardOperands o = make_backward_operands(c, 25);
+          DeviceBackwardOperands d(o);
+          const BackwardProblem all =
+              validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+          const BackwardProblem x_and_bias =
+              validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients(true, false, true));
+          cuda::BackwardForms forms = cuda::choose_forms(x_and_bias, Fp32Precision::ieee);
+          forms.one_launch = false;
+          ASSERT_NO_FATAL_FAILURE(run_forced_forms(x_and_bias, forms)) << c;
+          ASSERT_EQ(cuda::mma_weight_gradient_why_not(all), "") << c;
+          const cuda::WeightGradientLaunch launch{.tile = tile, .parts = parts};
+          const std::size_t scratch_bytes = cuda::mma_weight_gradient_scratch_bytes(all, launch);
+          DeviceBuffer scratch(scratch_bytes);
+          if (scratch_bytes > 0) CUDA_ASSERT(cudaMemset(scratch.data(), 0xff, scratch_bytes));
+          cuda::run_mma_weight_gradient(all, launch, scratch.data(), nullptr);
+          CUDA_ASSERT(cudaDeviceSynchronize());
+          d.download(o);
+          expect_gradients_accurate(o, c,
+                                    std::string("cuda, ") + (tile == MmaTile::rows128_cols64 ? "128 x 64" : "64 x 64") +
+                                        " weight tiles, " + std::to_string(parts) + " parts");
+        }
 }
 
 // Where exact float32 takes the tensor-core form for gradients.x (from 786,432 outputs with

@@ -634,7 +634,7 @@ void weight_gradient(const BackwardProblem& p, WeightGradientForm form, bool tf3
     return;
   }
   if (form == WeightGradientForm::tensor_cores) {
-    run_mma_weight_gradient(p, stream);
+    run_mma_weight_gradient(p, mma_weight_gradient_launch(p), scratch + layout.weight_partial_sums, stream);
     return;
   }
   StridedBatchedGemm g;
@@ -743,6 +743,9 @@ BackwardPlan plan_backward(const BackwardProblem& p, const BackwardForms& forms)
     if (const std::int64_t splits = column_sum_split(f).splits; splits > 1)
       at += round_up_to_256(static_cast<std::size_t>(splits * f.K) *
                             visit_any_device_dtype(f.dtype, [&]<class T>() { return sizeof(Accumulator<T>); }));
+  s.weight_partial_sums = at;
+  if (weight_tensor_cores)
+    at += round_up_to_256(mma_weight_gradient_scratch_bytes(p, mma_weight_gradient_launch(p)));
   s.total = at;
   return plan;
 }

@@ -35,10 +35,11 @@ struct BackwardForms {
 
 // Offsets into the scratch: cuBLASLt's, then x's concatenation, then gradients.x as one
 // (B, R*H) matrix before its split, then the weight's copy (contiguous rows for cuBLAS where its
-// rows overlap, or transposed for the tensor-core form), then the partial column sums, each on a
-// 256-byte boundary; only the parts the forms use.
+// rows overlap, or transposed for the tensor-core form), then the partial column sums, then the
+// tensor-core gradients.weight's partial sums where its reduction splits, each on a 256-byte
+// boundary; only the parts the forms use.
 struct ScratchLayout {
-  std::size_t concatenation = 0, unsplit = 0, weight_copy = 0, partial = 0, total = 0;
+  std::size_t concatenation = 0, unsplit = 0, weight_copy = 0, partial = 0, weight_partial_sums = 0, total = 0;
 };
 
 struct BackwardPlan {

@@ -16,6 +16,8 @@
 // Precision as the forward's tf32x3 mode (mma_gemm_kernel.cuh): each operand split into big and
 // small tf32 parts, three MMAs per product, and the tensor cores' sums added into a float32
 // total every 128 reduction elements.
+#include <algorithm>
+
 #include "cuda/mma_gemm_kernel.cuh"
 #include "cuda/mma_weight_gradient.hpp"
 
@@ -28,10 +30,12 @@ struct WeightGradientArgs {
   std::int64_t grad_y_stride_b;
   const float* x;
   std::int64_t x_stride_r, x_stride_b;  // x's h stride is 1
-  float* grad_weight;
-  std::int64_t grad_weight_stride_k;
+  float* out;  // gradients.weight, or with a split reduction this part's partial sums
+  std::int64_t out_stride_k;
+  std::int64_t out_stride_part;  // between the parts' partial sums (blockIdx.y)
   std::int64_t B, K, H, RH;
   std::int64_t tiles_m, tiles_n;
+  std::int64_t k_tiles_per_part;  // of the reduction's k-tiles: part y takes those from y times this
 };
 
 // Block tiles: BM outputs k x BN columns r*H + h in warps of WM x WN; 32 rows b a k-tile, STAGES
@@ -101,17 +105,20 @@ __global__ void __launch_bounds__(Tile::kThreads) weight_gradient_kernel(const W
 
   float acc[MT][NT][4] = {};
   float total[MT][NT][4] = {};
-  const std::int64_t k_tiles = (a.B + kBK - 1) / kBK;
+  // This part's k-tiles (all of them unless the reduction is split; a part may have none).
+  const std::int64_t first_k_tile = blockIdx.y * a.k_tiles_per_part;
+  const std::int64_t k_tiles = max(min(a.k_tiles_per_part, (a.B + kBK - 1) / kBK - first_k_tile), std::int64_t{0});
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_tiles) load_tile(s, s);
+    if (s < k_tiles) load_tile(first_k_tile + s, s);
     commit_copies();
   }
 
   for (std::int64_t kt = 0; kt < k_tiles; ++kt) {
     wait_copies<kStages - 2>();
     __syncthreads();  // tile kt is visible to all; the stage refilled below is no longer read
-    if (kt + kStages - 1 < k_tiles) load_tile(kt + kStages - 1, static_cast<int>((kt + kStages - 1) % kStages));
+    if (kt + kStages - 1 < k_tiles)
+      load_tile(first_k_tile + kt + kStages - 1, static_cast<int>((kt + kStages - 1) % kStages));
     commit_copies();
 
     const float* a_tile = shared_floats + static_cast<int>(kt % kStages) * kStageFloats;
@@ -169,7 +176,7 @@ __global__ void __launch_bounds__(Tile::kThreads) weight_gradient_kernel(const W
     for (int half = 0; half < 2; ++half) {
       const std::int64_t row = m0 + warp_m * kWM + (mt / 2) * 32 + 4 * g + 2 * (mt % 2) + half;
       if (row >= a.K) continue;
-      float* out = a.grad_weight + row * a.grad_weight_stride_k;
+      float* out = a.out + blockIdx.y * a.out_stride_part + row * a.out_stride_k;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -178,6 +185,23 @@ __global__ void __launch_bounds__(Tile::kThreads) weight_gradient_kernel(const W
           if (column < a.RH) out[column] = total[mt][nt][half * 2 + j];
         }
     }
+}
+
+// gradients.weight from the parts' partial sums (each K x R*H, contiguous), added in order.
+__global__ void add_parts_kernel(const float* __restrict__ parts, int count, std::int64_t K, std::int64_t RH,
+                                 float* __restrict__ grad_weight, std::int64_t grad_weight_stride_k) {
+  const std::int64_t part_size = K * RH;
+  for (std::int64_t e = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4; e < part_size;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x * 4) {
+    float4 sum = *reinterpret_cast<const float4*>(parts + e);  // RH is a multiple of four: one row
+    for (int part = 1; part < count; ++part) {
+      const float4 v = *reinterpret_cast<const float4*>(parts + part * part_size + e);
+      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    }
+    const std::int64_t k = e / RH;
+    float* out = grad_weight + k * grad_weight_stride_k + (e - k * RH);
+    out[0] = sum.x, out[1] = sum.y, out[2] = sum.z, out[3] = sum.w;
+  }
 }
 
 }  // namespace
@@ -199,43 +223,75 @@ std::string mma_weight_gradient_why_not(const BackwardProblem& p) {
 namespace {
 
 template <class Tile>
-void launch_weight_gradient(const BackwardProblem& p, CudaStream stream) {
+std::int64_t output_tiles(const Problem& f) {
+  return (f.K + Tile::kBM - 1) / Tile::kBM * ((f.RH + Tile::kBN - 1) / Tile::kBN);
+}
+
+template <class Tile>
+void launch_weight_gradient(const BackwardProblem& p, int parts, float* partial_sums, CudaStream stream) {
   const Problem& f = p.forward;
   const std::int64_t tiles_m = (f.K + Tile::kBM - 1) / Tile::kBM, tiles_n = (f.RH + Tile::kBN - 1) / Tile::kBN;
+  const std::int64_t k_tiles = (f.B + Tile::kBK - 1) / Tile::kBK;
+  const bool split = parts > 1;
   const mma::WeightGradientArgs args{static_cast<const float*>(p.grad_y),
                                      p.grad_y_stride_b,
                                      static_cast<const float*>(f.x),
                                      f.x_stride_r,
                                      f.x_stride_b,
-                                     static_cast<float*>(p.grad_weight),
-                                     p.grad_weight_stride_k,
+                                     split ? partial_sums : static_cast<float*>(p.grad_weight),
+                                     split ? f.RH : p.grad_weight_stride_k,
+                                     split ? f.K * f.RH : 0,
                                      f.B,
                                      f.K,
                                      f.H,
                                      f.RH,
                                      tiles_m,
-                                     tiles_n};
+                                     tiles_n,
+                                     (k_tiles + parts - 1) / parts};
   mma::raise_shared_limit_once<mma::weight_gradient_kernel<Tile>>(f.device.index, Tile::kSharedBytes,
                                                                   "cudaFuncSetAttribute(weight_gradient_kernel)");
-  mma::weight_gradient_kernel<Tile>
-      <<<static_cast<unsigned>(tiles_m * tiles_n), Tile::kThreads, Tile::kSharedBytes, stream>>>(args);
+  const dim3 grid(static_cast<unsigned>(tiles_m * tiles_n), static_cast<unsigned>(parts));
+  mma::weight_gradient_kernel<Tile><<<grid, Tile::kThreads, Tile::kSharedBytes, stream>>>(args);
   check_launch("weight_gradient_kernel");
+  if (!split) return;
+  mma::add_parts_kernel<<<grid_stride_blocks(f.K * f.RH / 4, f.device.index), 256, 0, stream>>>(
+      partial_sums, parts, f.K, f.RH, static_cast<float*>(p.grad_weight), p.grad_weight_stride_k);
+  check_launch("add_parts_kernel");
 }
 
 }  // namespace
 
-void run_mma_weight_gradient(const BackwardProblem& p, CudaStream stream, MmaTile tile) {
+WeightGradientLaunch mma_weight_gradient_launch(const BackwardProblem& p) {
+  const Problem& f = p.forward;
+  // As the forward's exact float32: the larger tile where its grid covers every multiprocessor.
+  const std::int64_t sms = multiprocessor_count(f.device.index);
+  WeightGradientLaunch launch;
+  launch.tile = output_tiles<mma::LargeWeightTile>(f) >= sms ? MmaTile::rows128_cols64 : MmaTile::rows64_cols64;
+  // Fewer tiles than two a multiprocessor: the reduction split into as many parts as make up
+  // the difference (at most 16, each of 8 k-tiles or more).
+  const std::int64_t tiles = launch.tile == MmaTile::rows128_cols64 ? output_tiles<mma::LargeWeightTile>(f)
+                                                                    : output_tiles<mma::SmallWeightTile>(f);
+  const std::int64_t k_tiles = (f.B + 31) / 32;
+  launch.parts = static_cast<int>(std::clamp<std::int64_t>(std::min(2 * sms / std::max<std::int64_t>(tiles, 1),
+                                                                    k_tiles / 8),
+                                                           1, kMaxWeightGradientParts));
+  return launch;
+}
+
+std::size_t mma_weight_gradient_scratch_bytes(const BackwardProblem& p, const WeightGradientLaunch& launch) {
+  const Problem& f = p.forward;
+  return launch.parts > 1 ? static_cast<std::size_t>(launch.parts * f.K * f.RH) * sizeof(float) : 0;
+}
+
+void run_mma_weight_gradient(const BackwardProblem& p, const WeightGradientLaunch& launch, void* scratch,
+                             CudaStream stream) {
   const Problem& f = p.forward;
   if (f.K == 0 || f.RH == 0) return;
-  if (tile == MmaTile::automatic) {
-    // As the forward's exact float32: the larger tile where its grid covers every multiprocessor.
-    const std::int64_t tiles = (f.K + 127) / 128 * ((f.RH + 63) / 64);
-    tile = tiles >= multiprocessor_count(f.device.index) ? MmaTile::rows128_cols64 : MmaTile::rows64_cols64;
-  }
-  if (tile == MmaTile::rows128_cols64)
-    launch_weight_gradient<mma::LargeWeightTile>(p, stream);
+  auto* partial_sums = static_cast<float*>(scratch);
+  if (launch.tile == MmaTile::rows128_cols64)
+    launch_weight_gradient<mma::LargeWeightTile>(p, launch.parts, partial_sums, stream);
   else
-    launch_weight_gradient<mma::SmallWeightTile>(p, stream);
+    launch_weight_gradient<mma::SmallWeightTile>(p, launch.parts, partial_sums, stream);
 }
 
 }  // namespace gather_linear::cuda

@@ -8,6 +8,7 @@
 // instead copies k-tiles of rows b whole and reads its fragments across them.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "core/problem.hpp"
@@ -19,9 +20,22 @@ namespace gather_linear::cuda {
 // Empty where the kernel can run the problem's gradients.weight, else why not (the layouts it
 // needs: grad_y's rows and x's slices in 16-byte chunks).
 std::string mma_weight_gradient_why_not(const BackwardProblem& p);
-// Enqueues gradients.weight of a float32 problem with B >= 1 (mma_weight_gradient_why_not empty).
-// The tile's rows are outputs k, its columns r*H + h: 128 x 64 or 64 x 64; `automatic` takes the
-// larger where its grid still covers every multiprocessor.
-void run_mma_weight_gradient(const BackwardProblem& p, CudaStream stream, MmaTile tile = MmaTile::automatic);
+// How the kernel runs: its tile (rows: outputs k, columns: r*H + h; 128 x 64 or 64 x 64) and
+// how many parts the reduction over b splits into (1: none), each part's sums written to scratch
+// and then added in order (deterministic).
+constexpr int kMaxWeightGradientParts = 16;
+struct WeightGradientLaunch {
+  MmaTile tile = MmaTile::rows128_cols64;
+  int parts = 1;
+};
+// The library's choice: the larger tile where its grid covers every multiprocessor, and the
+// reduction split where the tiles are fewer than two a multiprocessor.
+WeightGradientLaunch mma_weight_gradient_launch(const BackwardProblem& p);
+std::size_t mma_weight_gradient_scratch_bytes(const BackwardProblem& p, const WeightGradientLaunch& launch);
+
+// Enqueues gradients.weight of a float32 problem with B >= 1 (mma_weight_gradient_why_not empty);
+// `scratch` holds mma_weight_gradient_scratch_bytes on a 16-byte boundary.
+void run_mma_weight_gradient(const BackwardProblem& p, const WeightGradientLaunch& launch, void* scratch,
+                             CudaStream stream);
 
 }  // namespace gather_linear::cuda
