@@ -15,7 +15,8 @@
 //
 // Precision as the forward's tf32x3 mode (mma_gemm_kernel.cuh): each operand split into big and
 // small tf32 parts, three MMAs per product, and the tensor cores' sums added into a float32
-// total every 128 reduction elements.
+// total every 128 reduction elements. Where the output tiles are few, blockIdx.y splits the
+// reduction into parts, each writing its sums to scratch, which add_parts_kernel adds in order.
 #include <algorithm>
 
 #include "cuda/mma_gemm_kernel.cuh"
