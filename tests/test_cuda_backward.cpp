@@ -221,9 +221,11 @@ TEST_F(CudaBackwardTest, WeightTensorCoreFormForced) {
       all_backward_cases(shapes, float32), "gradients.weight",
       [](cuda::BackwardForms& forms) { forms.weight = cuda::WeightGradientForm::tensor_cores; },
       [](const BackwardCase& c) -> std::string {
+        // (b_unit's h stride is B: a unit stride where B = 1.)
         const bool x_fits = c.shape.H % 4 == 0 && (c.x_layout == BackwardLayout::contiguous ||
                                                    c.x_layout == BackwardLayout::head_major ||
-                                                   c.x_layout == BackwardLayout::broadcast_rows);
+                                                   c.x_layout == BackwardLayout::broadcast_rows ||
+                                                   (c.x_layout == BackwardLayout::b_unit && c.shape.B == 1));
         return !x_fits ? "x in 16-byte chunks" : c.shape.K % 4 != 0 ? "grad_y in 16-byte chunks" : "";
       });
 }
