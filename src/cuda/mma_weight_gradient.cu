@@ -6,12 +6,12 @@
 // (a chunk of x never straddles two slices: H is a multiple of four). An m16n8k8 fragment holds
 // rows g and g + 8 of A (columns t and t + 4 of the reduction) and column g of B, for lane
 // g * 4 + t; with the reduction along shared memory's rows those are one element each of rows t
-// and t + 4. The kernel therefore numbers each warp's outputs so that a lane's fragments lie side
-// by side: A's row g of the MMA tile 2p + q is output row 4g + 2q of the warp's 32-row group p,
-// its row g + 8 the next (4g + 2q + 1), and B's column g of the MMA tile i (of four) is output
-// column 4g + i. One 16-byte load of a shared row then fills two A tiles' fragment halves, or
-// four B tiles'. Shared rows are padded to 8 floats past a multiple of 32 so that the 8 lanes
-// of a quarter warp (4 rows t, two chunks each) hit distinct banks.
+// and t + 4. The tensor cores read a fragment's registers as they are loaded (tf32's big part
+// needs no masking), so each register must be loaded in its place, not moved there: the kernel
+// numbers each MMA tile's 16 output rows so that A's rows g and g + 8 are outputs 2g and 2g + 1,
+// side by side, and one 8-byte load per shared row fills a register pair; B's column g is output
+// column g, two 4-byte loads. Shared rows are padded to 8 floats past a multiple of 32 so that
+// rows t = 0..3 fall on distinct banks for both loads.
 //
 // Precision as the forward's tf32x3 mode (mma_gemm_kernel.cuh): each operand split into big and
 // small tf32 parts, three MMAs per product, and the tensor cores' sums added into a float32
@@ -46,7 +46,7 @@ struct WeightTile {
   static constexpr int kBM = BM, kBN = BN, kWM = WM, kWN = WN, kBK = 32, kStages = STAGES;
   static constexpr int kThreads = (BM / WM) * (BN / WN) * 32;
   static constexpr int kLdA = BM + 8, kLdB = BN + 8;
-  static_assert(kLdA % 32 == 8 && kLdB % 32 == 8, "a quarter warp's rows t = 0..3 on distinct banks");
+  static_assert(kLdA % 32 == 8 && kLdB % 32 == 8, "rows t = 0..3 on distinct banks");
   static constexpr int kStageFloats = kBK * (kLdA + kLdB);
   static constexpr int kSharedBytes = kStageFloats * STAGES * static_cast<int>(sizeof(float));
 };
@@ -63,7 +63,6 @@ __global__ void __launch_bounds__(Tile::kThreads) weight_gradient_kernel(const W
   constexpr int kStages = Tile::kStages, kThreads = Tile::kThreads, kLdA = Tile::kLdA, kLdB = Tile::kLdB;
   constexpr int kStageFloats = Tile::kStageFloats;
   constexpr int MT = kWM / 16, NT = kWN / 8;  // MMA tiles a warp
-  static_assert(MT % 2 == 0 && NT % 4 == 0, "fragments are loaded for two A tiles and four B tiles at once");
   constexpr int kChunksA = kBM / 4, kChunksB = kBN / 4;  // 16-byte chunks of a tile's row
   static_assert(kThreads % kChunksA == 0 && kThreads % kChunksB == 0, "copy slots");
   constexpr int kRowsPerPassA = kThreads / kChunksA, kRowsPerPassB = kThreads / kChunksB;
@@ -129,38 +128,27 @@ __global__ void __launch_bounds__(Tile::kThreads) weight_gradient_kernel(const W
       const int row_lo = ks * 8 + t, row_hi = row_lo + 4;
       std::uint32_t b_frag[NT][2], b_small[NT][2];
 #pragma unroll
-      for (int quad = 0; quad < NT / 4; ++quad) {
-        const int column = warp_n * kWN + quad * 32 + 4 * g;
-        const float4 lo = *reinterpret_cast<const float4*>(b_tile + row_lo * kLdB + column);
-        const float4 hi = *reinterpret_cast<const float4*>(b_tile + row_hi * kLdB + column);
-        const float lo_v[4] = {lo.x, lo.y, lo.z, lo.w}, hi_v[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          b_frag[quad * 4 + i][0] = __float_as_uint(lo_v[i]);
-          b_frag[quad * 4 + i][1] = __float_as_uint(hi_v[i]);
-        }
+      for (int nt = 0; nt < NT; ++nt) {
+        const int column = warp_n * kWN + nt * 8 + g;
+        b_frag[nt][0] = __float_as_uint(b_tile[row_lo * kLdB + column]);
+        b_frag[nt][1] = __float_as_uint(b_tile[row_hi * kLdB + column]);
+        split_tf32(b_frag[nt], b_frag[nt], b_small[nt]);
       }
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) split_tf32(b_frag[nt], b_frag[nt], b_small[nt]);
+      for (int mt = 0; mt < MT; ++mt) {
+        // Fragment registers: rows g, g + 8 (outputs 2g, 2g + 1) at reduction column t, then at t + 4.
+        const int column = warp_m * kWM + mt * 16 + 2 * g;
+        const float2 lo = *reinterpret_cast<const float2*>(a_tile + row_lo * kLdA + column);
+        const float2 hi = *reinterpret_cast<const float2*>(a_tile + row_hi * kLdA + column);
+        std::uint32_t a_frag[4] = {__float_as_uint(lo.x), __float_as_uint(lo.y), __float_as_uint(hi.x),
+                                   __float_as_uint(hi.y)};
+        std::uint32_t a_small[4];
+        split_tf32(a_frag, a_frag, a_small);
 #pragma unroll
-      for (int pair = 0; pair < MT / 2; ++pair) {
-        const int column = warp_m * kWM + pair * 32 + 4 * g;
-        const float4 lo = *reinterpret_cast<const float4*>(a_tile + row_lo * kLdA + column);
-        const float4 hi = *reinterpret_cast<const float4*>(a_tile + row_hi * kLdA + column);
-        // Fragment registers: rows g, g + 8 at reduction column t, then at t + 4.
-        std::uint32_t a_frag[2][4] = {
-            {__float_as_uint(lo.x), __float_as_uint(lo.y), __float_as_uint(hi.x), __float_as_uint(hi.y)},
-            {__float_as_uint(lo.z), __float_as_uint(lo.w), __float_as_uint(hi.z), __float_as_uint(hi.w)}};
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          std::uint32_t a_small[4];
-          split_tf32(a_frag[q], a_frag[q], a_small);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            mma<Mode::tf32x3>(acc[pair * 2 + q][nt], a_small, b_frag[nt]);
-            mma<Mode::tf32x3>(acc[pair * 2 + q][nt], a_frag[q], b_small[nt]);
-            mma<Mode::tf32x3>(acc[pair * 2 + q][nt], a_frag[q], b_frag[nt]);
-          }
+        for (int nt = 0; nt < NT; ++nt) {
+          mma<Mode::tf32x3>(acc[mt][nt], a_small, b_frag[nt]);
+          mma<Mode::tf32x3>(acc[mt][nt], a_frag, b_small[nt]);
+          mma<Mode::tf32x3>(acc[mt][nt], a_frag, b_frag[nt]);
         }
       }
     }
@@ -168,21 +156,20 @@ __global__ void __launch_bounds__(Tile::kThreads) weight_gradient_kernel(const W
   }
   wait_copies<0>();
 
-  // Accumulator c[2 * half + j] of MMA tile (2p + q, 4u + i) sits at MMA row g + 8 * half and
-  // column 2t + j: output row 4g + 2q + half of the warp's group p, column 4(2t + j) + i of its
-  // group u (the numbering above).
+  // Accumulator c[2 * half + j] of MMA tile (mt, nt) sits at MMA row g + 8 * half and column
+  // 2t + j: output row 16 mt + 2g + half, column 8 nt + 2t + j (the numbering above).
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const std::int64_t row = m0 + warp_m * kWM + (mt / 2) * 32 + 4 * g + 2 * (mt % 2) + half;
+      const std::int64_t row = m0 + warp_m * kWM + mt * 16 + 2 * g + half;
       if (row >= a.K) continue;
       float* out = a.out + blockIdx.y * a.out_stride_part + row * a.out_stride_k;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const std::int64_t column = n0 + warp_n * kWN + (nt / 4) * 32 + 4 * (2 * t + j) + nt % 4;
+          const std::int64_t column = n0 + warp_n * kWN + nt * 8 + 2 * t + j;
           if (column < a.RH) out[column] = total[mt][nt][half * 2 + j];
         }
     }
