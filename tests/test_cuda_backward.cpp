@@ -300,6 +300,49 @@ TEST_F(CudaBackwardTest, ExactFloat32InputGradientOnTheTensorCores) {
     expect_backward_accurate({{6, 1024, 128, 1028}, DType::float32, layout, layout});
 }
 
+// The library sends exact float32's gradients.weight to the tensor cores from
+// kWeightTensorCoreMultiplyAdds multiply-adds B*K*R*H where x and grad_y lie in 16-byte chunks
+// (never under TF32, never for 16-bit dtypes), and the backward it then runs matches the
+// reference on the layouts it takes.
+TEST_F(CudaBackwardTest, ExactFloat32WeightGradientOnTheTensorCores) {
+  using cuda::WeightGradientForm;
+  struct Expectation {
+    Shape shape;
+    DType dtype;
+    Fp32Precision precision;
+    BackwardLayout layout;
+    bool tensor_cores;
+  };
+  // At the bound exactly (K*R*H = 32 * 32), and just under it.
+  const std::int64_t edge_rows = cuda::kWeightTensorCoreMultiplyAdds / (32 * 32);
+  const Expectation expectations[] = {
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, true},
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::head_major, true},
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::broadcast_rows, true},
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::tf32, BackwardLayout::contiguous, false},
+      {{8, 1024, 128, 1024}, DType::bfloat16, Fp32Precision::ieee, BackwardLayout::contiguous, false},
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::misaligned, false},
+      {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::b_unit, false},
+      {{8, 1024, 126, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
+      {{8, 1024, 128, 1022}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
+      {{1, edge_rows, 32, 32}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, true},
+      {{1, edge_rows, 32, 28}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
+      {{4, 128, 64, 256}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
+  };
+  for (const Expectation& e : expectations) {
+    const BackwardCase c{e.shape, e.dtype, e.layout, e.layout == BackwardLayout::misaligned ? e.layout
+                                                                                           : BackwardLayout::contiguous};
+    BackwardOperands o = make_backward_operands(c, 29);
+    DeviceBackwardOperands d(o);
+    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
+    const cuda::BackwardForms forms = cuda::choose_forms(p, e.precision);
+    EXPECT_FALSE(forms.one_launch) << c;
+    EXPECT_EQ(forms.weight == WeightGradientForm::tensor_cores, e.tensor_cores) << c;
+  }
+  for (BackwardLayout layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::broadcast_rows})
+    expect_backward_accurate({{6, 1024, 128, 1028}, DType::float32, layout, BackwardLayout::contiguous});
+}
+
 // 600 random problems (random_problems.hpp: sizes and layouts no sweep lists, random subsets of
 // the gradients), in turn exact float32, TF32, float64, float16 and bfloat16, every fourth up to
 // 2^27 multiply-adds and the rest up to 2^21, each on a stream of the test's, against the exact

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/problem.hpp"
 #include "gather_linear/gather_linear.hpp"
@@ -24,6 +25,10 @@ enum class InputGradientForm { zero, side_by_side, slices_h_unit, slices_b_unit,
 // or b), or from a concatenation of x made in scratch first; tensor_cores (exact float32 only):
 // the 3xTF32 kernel of mma_weight_gradient.hpp, which reads grad_y and x in place.
 enum class WeightGradientForm { zero, side_by_side, concatenated, slices_h_unit, slices_b_unit, tensor_cores };
+
+// Exact float32's gradients.weight takes the tensor-core form from this many multiply-adds
+// B*K*R*H (where x and grad_y lie in 16-byte chunks): the rule in backward.cu says why.
+constexpr std::int64_t kWeightTensorCoreMultiplyAdds = std::int64_t{1} << 27;
 
 struct BackwardForms {
   InputGradientForm input = InputGradientForm::zero;    // only meaningful where gradients.x is requested
