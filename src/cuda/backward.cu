@@ -478,9 +478,13 @@ InputGradientForm input_gradient_form(const BackwardProblem& p, Fp32Precision pr
   return InputGradientForm::split;
 }
 
-// Exact float32's gradients.weight on the tensor cores (backward_timing --forms on an H100,
-// backward_forms_weight_tensor_cores_h100_session75.csv): 0.77-0.92x the better cuBLAS form's time
-// on 23 shapes of 2^28 multiply-adds B*K*R*H or more; at 2^26, (4, 512, 64, 512), 1.10x.
+// Exact float32's gradients.weight on the tensor cores (backward_timing --forms, the kernel
+// against the better of cuBLAS's batched slices and concatenation): on an H100, 0.77-0.92x its
+// time on 23 shapes from 2^28 multiply-adds B*K*R*H up to 2^37
+// (backward_forms_weight_tensor_cores_h100_session75.csv); on an H200's grid of 24 shapes from 2^23
+// to 2^27.7 (backward_forms_weight_tensor_cores_grid_h200_session75.csv), 0.77-0.94x from 2^27
+// (one tie, 1.001x, at 512 tiles over 64 rows) and 0.93-1.47x below it, where few output tiles
+// or a short reduction leave multiprocessors idle or the launch costs as much as the work.
 bool weight_takes_tensor_cores(const BackwardProblem& p) {
   const Problem& f = p.forward;
   return static_cast<double>(f.B) * static_cast<double>(f.K) * static_cast<double>(f.RH) >=

@@ -27,7 +27,8 @@ enum class InputGradientForm { zero, side_by_side, slices_h_unit, slices_b_unit,
 enum class WeightGradientForm { zero, side_by_side, concatenated, slices_h_unit, slices_b_unit, tensor_cores };
 
 // Exact float32's gradients.weight takes the tensor-core form from this many multiply-adds
-// B*K*R*H (where x and grad_y lie in 16-byte chunks): the rule in backward.cu says why.
+// B*K*R*H, where x and grad_y lie in 16-byte chunks (weight_takes_tensor_cores in backward.cu
+// gives the measurements).
 constexpr std::int64_t kWeightTensorCoreMultiplyAdds = std::int64_t{1} << 27;
 
 struct BackwardForms {
