@@ -6,11 +6,13 @@
 // (a chunk of x never straddles two slices: H is a multiple of four). An m16n8k8 fragment holds
 // rows g and g + 8 of A (columns t and t + 4 of the reduction) and column g of B, for lane
 // g * 4 + t; with the reduction along shared memory's rows those are one element each of rows t
-// and t + 4. The tensor cores read a fragment's registers as they are loaded (tf32's big part
-// needs no masking), so each register must be loaded in its place, not moved there: the kernel
-// numbers each MMA tile's 16 output rows so that A's rows g and g + 8 are outputs 2g and 2g + 1,
-// side by side, and one 8-byte load per shared row fills a register pair; B's column g is output
-// column g, two 4-byte loads. Shared rows are padded to 8 floats past a multiple of 32 so that
+// and t + 4. ptxas feeds the MMAs tf32's big part from the loaded registers themselves (the
+// tensor cores ignore the bits its mask clears), so a fragment's registers must be loaded in
+// their places; values loaded elsewhere are moved there before every MMA (16-byte loads across
+// fragments had cost 594 moves a 128 x 64 k-tile, 192 MMAs). The kernel therefore numbers each
+// MMA tile's 16 output rows so that A's rows g and g + 8 are outputs 2g and 2g + 1, side by side,
+// and one 8-byte load per shared row fills a register pair; B's column g is output column g, two
+// 4-byte loads. Shared rows are padded to 8 floats past a multiple of 32 so that
 // rows t = 0..3 fall on distinct banks for both loads.
 //
 // Precision as the forward's tf32x3 mode (mma_gemm_kernel.cuh): each operand split into big and
