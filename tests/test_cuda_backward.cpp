@@ -265,19 +265,28 @@ TEST_F(CudaBackwardTest, WeightTensorCoreTilesAndPartsForced) {
         }
 }
 
+// A problem (all three gradients requested) and whether the library's forms for it take a
+// gradient's tensor-core form.
+struct TensorCoreExpectation {
+  Shape shape;
+  DType dtype;
+  Fp32Precision precision;
+  BackwardLayout layout;
+  bool tensor_cores;
+};
+
+cuda::BackwardForms chosen_forms(const BackwardCase& c, Fp32Precision precision) {
+  BackwardOperands o = make_backward_operands(c, 23);
+  DeviceBackwardOperands d(o);
+  return cuda::choose_forms(validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients()),
+                            precision);
+}
+
 // Where exact float32 takes the tensor-core form for gradients.x (from 786,432 outputs with
 // K >= 1024, grad_y in 16-byte chunks), and that TF32, other dtypes and short reductions do not;
 // at one such size the backward through the library's choice against the reference.
 TEST_F(CudaBackwardTest, ExactFloat32InputGradientOnTheTensorCores) {
-  using cuda::InputGradientForm;
-  struct Expectation {
-    Shape shape;
-    DType dtype;
-    Fp32Precision precision;
-    BackwardLayout layout;
-    bool tensor_cores;
-  };
-  const Expectation expectations[] = {
+  const TensorCoreExpectation expectations[] = {
       {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, true},
       {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::head_major, true},
       {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::tf32, BackwardLayout::contiguous, false},
@@ -289,12 +298,9 @@ TEST_F(CudaBackwardTest, ExactFloat32InputGradientOnTheTensorCores) {
       {{8, 1024, 128, 1028}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, true},
       {{8, 1024, 128, 1026}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
   };
-  for (const Expectation& e : expectations) {
+  for (const TensorCoreExpectation& e : expectations) {
     const BackwardCase c{e.shape, e.dtype, e.layout, e.layout};
-    BackwardOperands o = make_backward_operands(c, 23);
-    DeviceBackwardOperands d(o);
-    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
-    EXPECT_EQ(cuda::choose_forms(p, e.precision).input == InputGradientForm::tensor_cores, e.tensor_cores) << c;
+    EXPECT_EQ(chosen_forms(c, e.precision).input == cuda::InputGradientForm::tensor_cores, e.tensor_cores) << c;
   }
   for (BackwardLayout layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::b_unit})
     expect_backward_accurate({{6, 1024, 128, 1028}, DType::float32, layout, layout});
@@ -305,17 +311,9 @@ TEST_F(CudaBackwardTest, ExactFloat32InputGradientOnTheTensorCores) {
 // (never under TF32, never for 16-bit dtypes), and the backward it then runs matches the
 // reference on the layouts it takes.
 TEST_F(CudaBackwardTest, ExactFloat32WeightGradientOnTheTensorCores) {
-  using cuda::WeightGradientForm;
-  struct Expectation {
-    Shape shape;
-    DType dtype;
-    Fp32Precision precision;
-    BackwardLayout layout;
-    bool tensor_cores;
-  };
   // At the bound exactly (K*R*H = 32 * 32), and just under it.
   const std::int64_t edge_rows = cuda::kWeightTensorCoreMultiplyAdds / (32 * 32);
-  const Expectation expectations[] = {
+  const TensorCoreExpectation expectations[] = {
       {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, true},
       {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::head_major, true},
       {{8, 1024, 128, 1024}, DType::float32, Fp32Precision::ieee, BackwardLayout::broadcast_rows, true},
@@ -329,15 +327,13 @@ TEST_F(CudaBackwardTest, ExactFloat32WeightGradientOnTheTensorCores) {
       {{1, edge_rows, 32, 28}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
       {{4, 128, 64, 256}, DType::float32, Fp32Precision::ieee, BackwardLayout::contiguous, false},
   };
-  for (const Expectation& e : expectations) {
-    const BackwardCase c{e.shape, e.dtype, e.layout, e.layout == BackwardLayout::misaligned ? e.layout
-                                                                                           : BackwardLayout::contiguous};
-    BackwardOperands o = make_backward_operands(c, 29);
-    DeviceBackwardOperands d(o);
-    const BackwardProblem p = validate_backward_args(d.grad_y.view(), d.x.view(), d.weight.view(), d.gradients());
-    const cuda::BackwardForms forms = cuda::choose_forms(p, e.precision);
+  for (const TensorCoreExpectation& e : expectations) {
+    // (gradients.x contiguous: a broadcast x's rows overlap, which no gradient may.)
+    const BackwardCase c{e.shape, e.dtype, e.layout,
+                         e.layout == BackwardLayout::misaligned ? e.layout : BackwardLayout::contiguous};
+    const cuda::BackwardForms forms = chosen_forms(c, e.precision);
     EXPECT_FALSE(forms.one_launch) << c;
-    EXPECT_EQ(forms.weight == WeightGradientForm::tensor_cores, e.tensor_cores) << c;
+    EXPECT_EQ(forms.weight == cuda::WeightGradientForm::tensor_cores, e.tensor_cores) << c;
   }
   for (BackwardLayout layout : {BackwardLayout::contiguous, BackwardLayout::head_major, BackwardLayout::broadcast_rows})
     expect_backward_accurate({{6, 1024, 128, 1028}, DType::float32, layout, BackwardLayout::contiguous});
