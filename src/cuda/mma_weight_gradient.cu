@@ -261,7 +261,7 @@ WeightGradientLaunch mma_weight_gradient_launch(const BackwardProblem& p) {
   // the difference (at most 16, each of 8 k-tiles or more).
   const std::int64_t tiles = launch.tile == MmaTile::rows128_cols64 ? output_tiles<mma::LargeWeightTile>(f)
                                                                     : output_tiles<mma::SmallWeightTile>(f);
-  const std::int64_t k_tiles = (f.B + 31) / 32;
+  const std::int64_t k_tiles = (f.B + mma::LargeWeightTile::kBK - 1) / mma::LargeWeightTile::kBK;  // either tile's
   launch.parts = static_cast<int>(std::clamp<std::int64_t>(std::min(2 * sms / std::max<std::int64_t>(tiles, 1),
                                                                     k_tiles / 8),
                                                            1, kMaxWeightGradientParts));
