@@ -212,15 +212,20 @@ std::string mma_weight_gradient_why_not(const BackwardProblem& p) {
 
 namespace {
 
+// The output's tiles: kBM of its K rows by kBN of its R*H columns.
+struct TileGrid {
+  std::int64_t m, n;
+  std::int64_t count() const { return m * n; }
+};
 template <class Tile>
-std::int64_t output_tiles(const Problem& f) {
-  return (f.K + Tile::kBM - 1) / Tile::kBM * ((f.RH + Tile::kBN - 1) / Tile::kBN);
+TileGrid output_tiles(const Problem& f) {
+  return {(f.K + Tile::kBM - 1) / Tile::kBM, (f.RH + Tile::kBN - 1) / Tile::kBN};
 }
 
 template <class Tile>
 void launch_weight_gradient(const BackwardProblem& p, int parts, float* partial_sums, CudaStream stream) {
   const Problem& f = p.forward;
-  const std::int64_t tiles_m = (f.K + Tile::kBM - 1) / Tile::kBM, tiles_n = (f.RH + Tile::kBN - 1) / Tile::kBN;
+  const auto [tiles_m, tiles_n] = output_tiles<Tile>(f);
   const std::int64_t k_tiles = (f.B + Tile::kBK - 1) / Tile::kBK;
   const bool split = parts > 1;
   const mma::WeightGradientArgs args{static_cast<const float*>(p.grad_y),
@@ -256,11 +261,12 @@ WeightGradientLaunch mma_weight_gradient_launch(const BackwardProblem& p) {
   // As the forward's exact float32: the larger tile where its grid covers every multiprocessor.
   const std::int64_t sms = multiprocessor_count(f.device.index);
   WeightGradientLaunch launch;
-  launch.tile = output_tiles<mma::LargeWeightTile>(f) >= sms ? MmaTile::rows128_cols64 : MmaTile::rows64_cols64;
+  const std::int64_t large_tiles = output_tiles<mma::LargeWeightTile>(f).count();
+  launch.tile = large_tiles >= sms ? MmaTile::rows128_cols64 : MmaTile::rows64_cols64;
   // Fewer tiles than two a multiprocessor: the reduction split into as many parts as make up
   // the difference (at most 16, each of 8 k-tiles or more).
-  const std::int64_t tiles = launch.tile == MmaTile::rows128_cols64 ? output_tiles<mma::LargeWeightTile>(f)
-                                                                    : output_tiles<mma::SmallWeightTile>(f);
+  const std::int64_t tiles =
+      launch.tile == MmaTile::rows128_cols64 ? large_tiles : output_tiles<mma::SmallWeightTile>(f).count();
   const std::int64_t k_tiles = (f.B + mma::LargeWeightTile::kBK - 1) / mma::LargeWeightTile::kBK;  // either tile's
   launch.parts = static_cast<int>(std::clamp<std::int64_t>(std::min(2 * sms / std::max<std::int64_t>(tiles, 1),
                                                                     k_tiles / 8),
