@@ -252,6 +252,9 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
   // contiguous x and from the concatenation read as a head-major x.
   const bool tensor_cores = dtype == DType::float32;
   const bool weight_tensor_cores = tensor_cores && cuda::mma_weight_gradient_why_not(problem(0, weight_only)).empty();
+  // Positions in candidates (and so in the timings) of the forms added only for float32.
+  const std::size_t input_on_tensor_cores = candidates.size(), weight_on_tensor_cores = input_on_tensor_cores + 1,
+                    weight_tiles_forced = weight_on_tensor_cores + 2;
   if (tensor_cores) candidates.push_back({&x_only, forced(InputGradientForm::tensor_cores, WeightGradientForm::zero), false});
   if (weight_tensor_cores)
     for (bool on_concatenation : {false, true})
@@ -285,7 +288,7 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
       check(cudaStreamSynchronize(stream), "check runs");
       return download_as_float(grad_w, nw, dtype);
     };
-    const std::vector<float> slices = weight_by(0), on_tensor_cores = weight_by(7);
+    const std::vector<float> slices = weight_by(0), on_tensor_cores = weight_by(weight_on_tensor_cores);
     weight_err = disagreement(on_tensor_cores, slices, [](std::size_t i) { return i; });
   }
   const double flops = 2.0 * s.B * s.K * RH;
@@ -296,14 +299,15 @@ void run_forms(const Shape& s, DType dtype, cudaStream_t stream) {
               t[0].graph_us, t[1].graph_us, t[2].graph_us, t[1].graph_us / t[0].graph_us, t[3].graph_us,
               t[4].graph_us, t[5].graph_us, t[4].graph_us / t[3].graph_us);
   if (tensor_cores)
-    std::printf(",%.3f", t[6].graph_us);
+    std::printf(",%.3f", t[input_on_tensor_cores].graph_us);
   else
     std::printf(",");
   if (weight_tensor_cores) {
     const cuda::WeightGradientLaunch chosen = cuda::mma_weight_gradient_launch(problem(0, weight_only));
-    std::printf(",%.3f,%.3f,%s,%d,%.3f,%.3f,%.2e\n", t[7].graph_us, t[8].graph_us,
-                chosen.tile == cuda::MmaTile::rows128_cols64 ? "128x64" : "64x64", chosen.parts, t[9].graph_us,
-                t[10].graph_us, weight_err);
+    const char* chosen_tile = chosen.tile == cuda::MmaTile::rows128_cols64 ? "128x64" : "64x64";
+    std::printf(",%.3f,%.3f,%s,%d,%.3f,%.3f,%.2e\n", t[weight_on_tensor_cores].graph_us,
+                t[weight_on_tensor_cores + 1].graph_us, chosen_tile, chosen.parts, t[weight_tiles_forced].graph_us,
+                t[weight_tiles_forced + 1].graph_us, weight_err);
   } else {
     std::printf(",,,,,,,\n");
   }
