@@ -29,11 +29,16 @@ configure: deps
 build: configure
 	cmake --build --preset $(PRESET)
 
-# --no-cache-dir: the wheels (2.6 GB, torch's and its CUDA libraries') would otherwise stay in
-# ~/.cache/pip beside the 4.7 GB .venv they install (a CI run once ran out of disk there).
+# The wheels (2.6 GB, torch's and its CUDA libraries') must not sit beside the 4.7 GB .venv they
+# install: CI runs ran out of disk with them in ~/.cache/pip, and again with them all downloaded
+# at once by one pip call (7.3 GB at the peak). So --no-cache-dir, and one package a call, whose
+# wheel pip deletes once it is installed (peak about 5 GB). --no-deps: the list pins every
+# dependency, which pip check confirms.
 $(REQUIREMENTS_STAMP): python/requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check --no-cache-dir -r python/requirements-test.txt
+	grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$$' python/requirements-test.txt | xargs -n 1 \
+	  $(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-deps
+	$(VENV_PYTHON) -m pip check
 	touch $@
 
 $(PACKAGE_STAMP): $(REQUIREMENTS_STAMP) $(PACKAGE_SOURCES)
