@@ -59,6 +59,16 @@ using LargeWeightTile = WeightTile<128, 64, 64, 32, 3>;
 using SmallWeightTile = WeightTile<64, 64, 32, 32, 4>;
 constexpr int kPromoteTiles = 4;  // 128 reduction elements between promotions, as the forward's
 
+// The output's tiles: kBM of its K rows by kBN of its R*H columns.
+struct TileGrid {
+  std::int64_t m, n;
+  std::int64_t count() const { return m * n; }
+};
+template <class Tile>
+TileGrid output_tiles(const Problem& f) {
+  return {(f.K + Tile::kBM - 1) / Tile::kBM, (f.RH + Tile::kBN - 1) / Tile::kBN};
+}
+
 template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads) weight_gradient_kernel(const WeightGradientArgs a) {
   constexpr int kBM = Tile::kBM, kBN = Tile::kBN, kWM = Tile::kWM, kWN = Tile::kWN, kBK = Tile::kBK;
@@ -206,26 +216,17 @@ std::string mma_weight_gradient_why_not(const BackwardProblem& p) {
   if (f.K % 4 != 0 || (f.B > 1 && p.grad_y_stride_b % 4 != 0) || !aligned_to(p.grad_y, 16))
     return "needs grad_y in 16-byte chunks: K a multiple of four, rows a multiple of four elements apart, 16-byte "
            "aligned";
-  if ((f.K + 63) / 64 * ((f.RH + 63) / 64) > 0x7fffffff) return "needs fewer output tiles than a grid can hold";
+  if (mma::output_tiles<mma::SmallWeightTile>(f).count() > 0x7fffffff)  // the smaller tile's count, the larger
+    return "needs fewer output tiles than a grid can hold";
   return {};
 }
 
 namespace {
 
-// The output's tiles: kBM of its K rows by kBN of its R*H columns.
-struct TileGrid {
-  std::int64_t m, n;
-  std::int64_t count() const { return m * n; }
-};
-template <class Tile>
-TileGrid output_tiles(const Problem& f) {
-  return {(f.K + Tile::kBM - 1) / Tile::kBM, (f.RH + Tile::kBN - 1) / Tile::kBN};
-}
-
 template <class Tile>
 void launch_weight_gradient(const BackwardProblem& p, int parts, float* partial_sums, CudaStream stream) {
   const Problem& f = p.forward;
-  const auto [tiles_m, tiles_n] = output_tiles<Tile>(f);
+  const auto [tiles_m, tiles_n] = mma::output_tiles<Tile>(f);
   const std::int64_t k_tiles = (f.B + Tile::kBK - 1) / Tile::kBK;
   const bool split = parts > 1;
   const mma::WeightGradientArgs args{static_cast<const float*>(p.grad_y),
@@ -261,12 +262,12 @@ WeightGradientLaunch mma_weight_gradient_launch(const BackwardProblem& p) {
   // As the forward's exact float32: the larger tile where its grid covers every multiprocessor.
   const std::int64_t sms = multiprocessor_count(f.device.index);
   WeightGradientLaunch launch;
-  const std::int64_t large_tiles = output_tiles<mma::LargeWeightTile>(f).count();
+  const std::int64_t large_tiles = mma::output_tiles<mma::LargeWeightTile>(f).count();
   launch.tile = large_tiles >= sms ? MmaTile::rows128_cols64 : MmaTile::rows64_cols64;
   // Fewer tiles than two a multiprocessor: the reduction split into as many parts as make up
   // the difference (at most 16, each of 8 k-tiles or more).
   const std::int64_t tiles =
-      launch.tile == MmaTile::rows128_cols64 ? large_tiles : output_tiles<mma::SmallWeightTile>(f).count();
+      launch.tile == MmaTile::rows128_cols64 ? large_tiles : mma::output_tiles<mma::SmallWeightTile>(f).count();
   const std::int64_t k_tiles = (f.B + mma::LargeWeightTile::kBK - 1) / mma::LargeWeightTile::kBK;  // either tile's
   launch.parts = static_cast<int>(std::clamp<std::int64_t>(std::min(2 * sms / std::max<std::int64_t>(tiles, 1),
                                                                     k_tiles / 8),
